@@ -1,0 +1,1 @@
+"""Search backends: Ray Tune + OptunaSearch (``ray``), or plain Optuna in-process (``optuna``)."""

@@ -1,0 +1,242 @@
+"""Ray Tune backend: a Tuner whose OptunaSearch (multi-objective, constrained) proposes trials.
+
+Only this module imports ray. One-worker trials train inside the Tune function itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import warnings
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterator
+
+import ray
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+
+from tune_batch import objectives
+from tune_batch.config import Config, config_from_dict
+from tune_batch.errors import UserError
+from tune_batch.progress import Progress
+from tune_batch.results import RunDir
+from tune_batch.samplers import make_sampler
+from tune_batch.space import define_by_run
+
+EXPERIMENT = "tune"
+log = logging.getLogger("tune_batch")
+
+
+class ConstrainedOptunaSearch(OptunaSearch):
+    """OptunaSearch that tells Optuna what a tune_batch trial really was.
+
+    ``oom`` and ``skipped`` trials are told COMPLETE with sentinel values and a constraint > 0
+    (infeasible: the sampler learns the boundary, the front never shows them); ``failed`` trials
+    are told FAIL; every trial carries its status, reason and metrics as user attributes.
+    Uses OptunaSearch internals (``_ot_trials``, ``_ot_study``, ``_completed_trials``) of the
+    pinned Ray minor version; tests exercise it.
+    """
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        import optuna
+
+        ot_trial = self._ot_trials.get(trial_id)
+        status = (result or {}).get("tb_status")
+        if ot_trial is None or status is None or trial_id in self._completed_trials:
+            super().on_trial_complete(trial_id, result, error)
+            return
+        record = json.loads(result["tb_record"])  # type: ignore[index]
+        for key in objectives.CONSTRAINT_KEYS:
+            ot_trial.set_constraint(key, float(result[f"constraint_{key}"]))  # type: ignore[index]
+        ot_trial.set_user_attr("status", status)
+        ot_trial.set_user_attr("reason", record.get("reason"))
+        ot_trial.set_user_attr("metrics", record.get("metrics") or {})
+        try:
+            if status == "failed":
+                self._ot_study.tell(ot_trial, None, state=optuna.trial.TrialState.FAIL)
+            else:
+                self._ot_study.tell(ot_trial, [float(result[m]) for m in self.metric],  # type: ignore[index]
+                                    state=optuna.trial.TrialState.COMPLETE)
+        finally:
+            self._completed_trials.add(trial_id)
+
+
+def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str) -> None:
+    """The Tune function of one trial: measure, then report objectives, constraints and the record."""
+    from tune_batch.trial import run_trial
+
+    config = config_from_dict(config_dict)
+    params = dict(params)
+    trial_number = params.pop("trial_number", None)
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    result = run_trial(config, params, trial_id=trial_number, threads=int(cpus) if cpus else None, run_dir=run_dir)
+    record = result.to_record()
+    report: dict[str, Any] = dict(zip(config.metric_names, objectives.values(config, record)))
+    report.update({f"constraint_{k}": v for k, v in objectives.constraints(record).items()})
+    report["tb_status"] = record["status"]
+    report["tb_record"] = json.dumps(record, default=str)
+    tune.report(report)
+
+
+class _Records(tune.Callback):
+    """On the driver: append each finished trial's record to trials.jsonl and show progress."""
+
+    def __init__(self, run_dir: RunDir, progress: Progress) -> None:
+        self.run_dir = run_dir
+        self.progress = progress
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.progress.started()
+
+    def _write(self, rec: dict[str, Any]) -> None:
+        self.run_dir.append(rec)
+        self.progress.finished(rec)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        last = trial.last_result or {}
+        if "tb_record" in last:
+            rec = json.loads(last["tb_record"])
+        else:
+            rec = _failed_record(trial, "the trial ended without reporting a result")
+        rec["ray_trial_id"] = trial.trial_id
+        self._write(rec)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        err = None
+        with contextlib.suppress(Exception):
+            err = trial.get_error()
+        reason = f"ray: {type(err).__name__}: {str(err).splitlines()[0][:300]}" if err else "ray: the trial errored"
+        self._write(_failed_record(trial, reason))
+
+
+def _failed_record(trial: Any, reason: str) -> dict[str, Any]:
+    params = {k: v for k, v in dict(trial.config).items() if k != "trial_number"}
+    return {"trial_id": trial.config.get("trial_number"), "params": params, "status": "failed", "reason": reason,
+            "metrics": {}, "duration_s": 0.0, "info": {}, "traceback": None, "ray_trial_id": trial.trial_id}
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[str, float]]:
+    """Connect to ``address`` or start a local Ray instance bound to 127.0.0.1 with its temp
+    dir under a short private path; shut down (and remove that path) afterwards. Yields the
+    cluster's resources."""
+    if ray.is_initialized():  # a caller (notebook, test) already connected: use it, leave it up
+        yield dict(ray.cluster_resources())
+        return
+    temp = None
+    kwargs: dict[str, Any] = {"logging_level": logging.INFO if verbose else logging.WARNING,
+                              "log_to_driver": verbose, "include_dashboard": False}
+    # user `pkg.module:function` entries must import in the trial processes too
+    env_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+    kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": env_path}}
+    saved_env = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    if address:
+        kwargs["address"] = address
+    else:
+        # token auth with a per-run token held in memory: nothing written to ~/.ray
+        if saved_env["RAY_AUTH_MODE"] is None and saved_env["RAY_AUTH_TOKEN"] is None:
+            os.environ["RAY_AUTH_MODE"] = "token"
+            os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        # socket paths have a length limit: keep the temp dir short
+        temp = tempfile.mkdtemp(prefix="tb-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        kwargs.update(_temp_dir=temp, num_cpus=os.cpu_count(), dashboard_host="127.0.0.1",
+                      _node_ip_address="127.0.0.1")
+    try:
+        try:
+            ray.init(**kwargs)
+        except ConnectionError as e:
+            raise UserError(f"--address {address!r}: cannot connect to a Ray cluster there ({str(e).splitlines()[0]})") from e
+        try:
+            yield dict(ray.cluster_resources())
+        finally:
+            ray.shutdown()
+    finally:
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if temp:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+def plan_resources(config: Config, cluster: dict[str, float], node_cpus: float) -> tuple[dict[str, float], int, list[int], list[str]]:
+    """Per-trial resources, max concurrent trials, the num_gpus choices kept, and warnings.
+
+    Without GPUs a one-worker trial gets ``cpus_per_trial`` CPUs (auto: a whole node, so
+    concurrent trials never share cores and distort each other's throughput).
+    """
+    notes: list[str] = []
+    gpus = int(cluster.get("GPU", 0))
+    cpus = int(cluster.get("CPU", 1))
+    choices = list(config.space.num_gpus)
+    kept = [n for n in choices if n == 1]
+    dropped = [n for n in choices if n != 1]
+    if dropped:
+        notes.append(f"space.num_gpus: {dropped} dropped: data-parallel (multi-worker) trials are not available in this version")
+    if not kept:
+        raise UserError("space.num_gpus: no choice left after filtering; include 1")
+    if gpus:
+        per_cpu = 1 if config.resources.cpus_per_trial == "auto" else int(config.resources.cpus_per_trial)
+        per_cpu = max(1, min(per_cpu, cpus // max(1, gpus)))
+        request = {"CPU": float(per_cpu), "GPU": 1.0}
+        concurrent = max(1, min(gpus, cpus // per_cpu))
+    else:
+        per_cpu = int(node_cpus) if config.resources.cpus_per_trial == "auto" else int(config.resources.cpus_per_trial)
+        if per_cpu > node_cpus:
+            notes.append(f"resources.cpus_per_trial = {per_cpu} is more than a node has ({int(node_cpus)}); using {int(node_cpus)}")
+            per_cpu = int(node_cpus)
+        per_cpu = max(1, per_cpu)
+        request = {"CPU": float(per_cpu)}
+        concurrent = max(1, cpus // per_cpu)
+    return request, min(concurrent, config.budget.trials), kept, notes
+
+
+def _node_cpus() -> float:
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return max((n.get("Resources", {}).get("CPU", 0) for n in nodes), default=1.0) or 1.0
+
+
+def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
+               address: str | None = None, verbose: bool = False) -> None:
+    """Run (or continue) the search of ``config`` on Ray Tune; records go to ``run_dir``."""
+    if not verbose:
+        for name in ("ray", "ray.tune", "ray.train"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        warnings.filterwarnings("ignore", module="ray")
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # the legacy reporter honours verbose=0
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with ray_session(address, verbose=verbose) as cluster:
+        request, concurrent, gpu_choices, notes = plan_resources(config, cluster, _node_cpus())
+        for n in notes:
+            progress.say(f"warning: {n}")
+        progress.say(f"ray: {int(cluster.get('CPU', 0))} CPU, {int(cluster.get('GPU', 0))} GPU; "
+                     f"each trial asks {request}; up to {concurrent} at a time")
+        searcher = ConstrainedOptunaSearch(
+            partial(define_by_run, space=config.space, gpu_choices=gpu_choices),
+            metric=config.metric_names,
+            mode=["max" if d == "maximize" else "min" for d in config.directions],
+            sampler=make_sampler(config.search.sampler, config.search.seed, config.budget.trials),
+            storage=storage, study_name=study_name,
+        )
+        trainable = tune.with_resources(
+            tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve())),
+            request,
+        )
+        storage_path = str((run_dir.path / "ray").resolve())
+        callbacks = [_Records(run_dir, progress)]
+        run_config = tune.RunConfig(name=EXPERIMENT, storage_path=storage_path, verbose=2 if verbose else 0,
+                                    callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0))
+        tune_config = tune.TuneConfig(search_alg=searcher, num_samples=config.budget.trials,
+                                      max_concurrent_trials=concurrent, reuse_actors=True)
+        tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
+        tuner.fit()

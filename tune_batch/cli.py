@@ -1,0 +1,108 @@
+"""Command line: parse, call the library, print. User mistakes: one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from tune_batch.errors import UserError
+
+EXIT_USER = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, as for every user mistake
+        self.exit(EXIT_USER, f"{self.prog}: error: {message}\n")
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="YAML config file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set budget.trials=8 (YAML-typed; repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tune-batch", description="Search batch size, learning rate and GPU count together.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("search", help="run a search and print the Pareto front")
+    _add_config(s)
+    s.add_argument("--output", "-o", help="run directory (default runs/<name>-<timestamp>); an existing one is continued")
+    s.add_argument("--address", help="Ray cluster address ('auto' or ray://host:port); default: a local Ray instance")
+    s.add_argument("--storage", help="Optuna storage URL to add the trials to (default: RUN_DIR/study.db)")
+    s.add_argument("--study-name", help="Optuna study name (default: the config's name)")
+    s.add_argument("--force", action="store_true", help="continue a run directory even though its config differs")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--quiet", "-q", action="store_true", help="print only errors and the final table")
+    g.add_argument("--verbose", "-v", action="store_true", help="show Ray's own logs and tables")
+    s.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    v = sub.add_parser("validate", help="check a config (with --set overrides) without running anything")
+    _add_config(v)
+    v.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl")
+    r.add_argument("run_dir")
+    r.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from tune_batch.config import load_config
+
+    cfg = load_config(args.config, args.overrides)
+    print(f"{args.config}: valid ({cfg.name}: {len(cfg.space.batch_choices())} batch sizes x lr "
+          f"[{cfg.space.lr.low:g}, {cfg.space.lr.high:g}] x num_gpus {cfg.space.num_gpus}; "
+          f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; objectives {', '.join(cfg.metric_names)})")
+    return 0
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from tune_batch.config import load_config
+    from tune_batch.runner import search
+
+    cfg = load_config(args.config, args.overrides)
+    search(cfg, args.output, address=args.address, storage_url=args.storage, study_name=args.study_name,
+           force=args.force, quiet=args.quiet, verbose=args.verbose)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from tune_batch.report import build_report, render_summary, write_files
+    from tune_batch.results import RunDir
+
+    run = RunDir(args.run_dir)
+    if not run.exists():
+        raise UserError(f"run_dir {args.run_dir!r}: no config.yaml there; give a directory written by 'tune-batch search'")
+    cfg = run.load_config()
+    records, warnings = run.records()
+    report = build_report(cfg, records, warnings)
+    paths = write_files(report, run.path)
+    print(render_summary(report))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = bool(getattr(args, "debug", False))
+    commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report}
+    try:
+        return commands[args.command](args)
+    except UserError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"tune-batch: error: {e}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("tune-batch: interrupted; finished trials are kept in the run directory "
+              "(run the same command again to continue)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,461 @@
+"""Typed, validated configuration: ``load_config(path, overrides)``.
+
+Every section rejects unknown keys; every error names the dotted field, the bad value and
+what is allowed, in one line (:class:`~tune_batch.errors.ConfigError`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tune_batch.errors import ConfigError
+from tune_batch.metrics import OBJECTIVE_METRICS
+
+BUILTIN_DATASETS = ("cifar10", "digits", "synthetic", "imagefolder")
+SAMPLERS = ("tpe", "nsga2", "gp", "random")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelConfig(_Section):
+    name: str = "resnet18"
+    """A torchvision model name (``resnet18``) or ``pkg.module:function`` returning an nn.Module."""
+    pretrained: bool = False
+    """Load torchvision's default weights (needs the network the first time)."""
+    num_classes: int = Field(10, ge=2)
+    """Output classes; a pretrained head is replaced when it differs."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments passed to the model builder."""
+
+
+class DataConfig(_Section):
+    name: str = "digits"
+    """cifar10 | digits | synthetic | imagefolder | ``pkg.module:function``."""
+    root: str = "./data"
+    """Where cifar10 / imagefolder files live (cifar10: the folder holding cifar-10-batches-py)."""
+    download: bool = False
+    """Download cifar10 when its files are missing (needs the network)."""
+    resize: Union[int, None] = Field(32, gt=0)
+    """Square input side in pixels; null keeps the data set's own size."""
+    val_samples: int = Field(500, gt=0)
+    """Held-out samples used for val_acc."""
+    num_workers: int = Field(0, ge=0)
+    """DataLoader worker processes."""
+    synthetic_samples: int = Field(4096, gt=0)
+    """Training pool size of the synthetic data set."""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Extra keyword arguments passed to a ``pkg.module:function`` data builder."""
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in BUILTIN_DATASETS and ":" not in v:
+            raise ValueError(f"allowed: {' | '.join(BUILTIN_DATASETS)} | pkg.module:function")
+        return v
+
+
+class OptimizerConfig(_Section):
+    name: Literal["sgd"] = "sgd"
+    """The seed's optimizer: SGD."""
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+
+
+class BatchRange(_Section):
+    min: int = Field(16, ge=1)
+    max: int = Field(512, ge=1)
+
+    @model_validator(mode="after")
+    def _powers(self) -> BatchRange:
+        for key in ("min", "max"):
+            v = getattr(self, key)
+            if v & (v - 1):
+                raise ValueError(f"{key} = {v}: must be a power of two (e.g. 16, 32, 64)")
+        if self.min > self.max:
+            raise ValueError(f"min = {self.min} > max = {self.max}: the range is empty")
+        return self
+
+
+class LrRange(_Section):
+    low: float = Field(1e-3, gt=0.0)
+    high: float = Field(1e-1, gt=0.0)
+    log: bool = True
+
+    @model_validator(mode="after")
+    def _order(self) -> LrRange:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            raise ValueError("low and high must be finite numbers")
+        if self.low >= self.high:
+            raise ValueError(f"low = {self.low} >= high = {self.high}: need low < high")
+        return self
+
+
+class SpaceConfig(_Section):
+    batch_size: Union[BatchRange, list[int]] = Field(default_factory=BatchRange)
+    """Powers of two in [min, max], or an explicit list of global batch sizes."""
+    lr: LrRange = Field(default_factory=LrRange)
+    num_gpus: list[int] = Field(default_factory=lambda: [1])
+    """Data-parallel worker counts to try (GPUs, or CPU worker processes without GPUs)."""
+    min_batch_per_gpu: int = Field(16, ge=1)
+    """Each worker gets at least this many samples per step (the seed: 16 per GPU)."""
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_list(cls, v: BatchRange | list[int]) -> BatchRange | list[int]:
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("the list is empty: give at least one batch size")
+            bad = [b for b in v if b < 1]
+            if bad:
+                raise ValueError(f"{bad[0]} is not allowed: batch sizes must be >= 1")
+            if len(set(v)) != len(v):
+                raise ValueError("the list has duplicates")
+        return v
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _gpus(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("the list is empty: give at least one GPU count, e.g. [1]")
+        bad = [n for n in v if n < 1]
+        if bad:
+            raise ValueError(f"{bad[0]} is not allowed: GPU counts must be >= 1")
+        if len(set(v)) != len(v):
+            raise ValueError("the list has duplicates")
+        return v
+
+    def batch_choices(self) -> list[int]:
+        """All global batch sizes of the space, ascending."""
+        if isinstance(self.batch_size, list):
+            return sorted(self.batch_size)
+        out, b = [], self.batch_size.min
+        while b <= self.batch_size.max:
+            out.append(b)
+            b *= 2
+        return out
+
+    @model_validator(mode="after")
+    def _each_gpu_count_has_a_batch(self) -> SpaceConfig:
+        choices = self.batch_choices()
+        for n in self.num_gpus:
+            need = self.min_batch_per_gpu * n
+            if not any(b % n == 0 and b >= need for b in choices):
+                raise ValueError(
+                    f"num_gpus = {n} needs a batch_size divisible by {n} and >= "
+                    f"min_batch_per_gpu ({self.min_batch_per_gpu}) x {n} = {need}, "
+                    f"but the largest batch_size is {max(choices)}"
+                )
+        return self
+
+
+class ObjectiveConfig(_Section):
+    metric: str
+    direction: Literal["maximize", "minimize"] = "maximize"
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in OBJECTIVE_METRICS:
+            raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}")
+        return v
+
+
+def _default_objectives() -> list[ObjectiveConfig]:
+    return [
+        ObjectiveConfig(metric="samples_per_s", direction="maximize"),
+        ObjectiveConfig(metric="device_util", direction="maximize"),
+        ObjectiveConfig(metric="val_acc", direction="maximize"),
+    ]
+
+
+class BudgetConfig(_Section):
+    trials: int = Field(12, ge=1)
+    """Trials in the whole search (a resumed search counts those already run)."""
+    train_samples: int = Field(4096, ge=1)
+    """Training samples every trial sees, warm-up included: trials are compared at equal data."""
+    warmup_steps: int = Field(3, ge=0)
+    """Optimizer steps run before the timed window (they train, but are not timed)."""
+    trial_timeout_s: float = Field(600.0, gt=0)
+    """A trial still running after this many seconds ends as failed."""
+
+
+class ResourcesConfig(_Section):
+    device_memory: Union[str, float, int, None] = None
+    """Memory cap per device: a size ("24GiB", "512MiB"), a fraction of the device (0.5), or null."""
+    cpus_per_trial: Union[Literal["auto"], int] = "auto"
+    """CPUs a one-worker trial asks Ray for; auto: all of a node's CPUs when there is no GPU."""
+    memory_margin: float = Field(0.1, ge=0.0, lt=1.0)
+    """Safety margin under the cap used when predicting whether a batch fits."""
+
+    @field_validator("device_memory")
+    @classmethod
+    def _memory(cls, v: str | float | int | None) -> str | float | int | None:
+        if v is not None:
+            parse_memory(v)
+        return v
+
+    @field_validator("cpus_per_trial")
+    @classmethod
+    def _cpus(cls, v: str | int) -> str | int:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be 'auto' or an integer >= 1")
+        return v
+
+
+class SearchConfig(_Section):
+    backend: Literal["ray", "optuna"] = "ray"
+    sampler: Literal["tpe", "nsga2", "gp", "random"] = "tpe"
+    seed: int = 0
+    address: Union[str, None] = None
+    """null: start a local Ray instance; 'auto' or 'ray://host:port': use an existing cluster."""
+
+
+class ProfileConfig(_Section):
+    enabled: bool = False
+    wait: int = Field(1, ge=0)
+    warmup: int = Field(1, ge=0)
+    active: int = Field(3, ge=1)
+    repeat: int = Field(1, ge=1)
+    record_shapes: bool = True
+    profile_memory: bool = True
+    with_stack: bool = False
+
+
+class Config(_Section):
+    name: str = "tune-batch"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    space: SpaceConfig = Field(default_factory=SpaceConfig)
+    objectives: list[ObjectiveConfig] = Field(default_factory=_default_objectives)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    profile: ProfileConfig = Field(default_factory=ProfileConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError("use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return v
+
+    @field_validator("objectives")
+    @classmethod
+    def _objectives(cls, v: list[ObjectiveConfig]) -> list[ObjectiveConfig]:
+        if not v:
+            raise ValueError("give at least one objective")
+        names = [o.metric for o in v]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"metric {sorted(dup)[0]!r} appears twice")
+        return v
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [o.metric for o in self.objectives]
+
+    @property
+    def directions(self) -> list[str]:
+        return [o.direction for o in self.objectives]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+_UNITS = {
+    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_memory(value: str | float | int) -> tuple[str, float]:
+    """Parse a memory cap: ``("bytes", n)`` for sizes, ``("fraction", f)`` for 0 < f <= 1.
+
+    Raises ValueError with what is allowed.
+    """
+    allowed = 'a size such as "24GiB" or "512MiB", or a fraction of the device in (0, 1]'
+    if isinstance(value, bool):
+        raise ValueError(f"allowed: {allowed}")
+    if isinstance(value, (int, float)):
+        if 0 < value <= 1:
+            return ("fraction", float(value))
+        raise ValueError(f"{value!r} is not allowed: {allowed}")
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", value)
+    if not m:
+        raise ValueError(f"{value!r} is not allowed: {allowed}")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if not unit:
+        if 0 < number <= 1:
+            return ("fraction", number)
+        raise ValueError(f"{value!r} is not allowed: {allowed}")
+    if unit not in _UNITS:
+        raise ValueError(f"unit {m.group(2)!r} is not allowed: use B, KB, MB, GB, KiB, MiB, GiB, TiB")
+    if number <= 0:
+        raise ValueError(f"{value!r} is not allowed: the size must be > 0")
+    return ("bytes", number * _UNITS[unit])
+
+
+# ---------------------------------------------------------------- loading and errors
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The field names allowed at a location (for 'did you mean')."""
+    model: Any = Config
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        for c in candidates:
+            inner = getattr(c, "__args__", None)
+            for cc in [c, *(inner or ())]:
+                if isinstance(cc, type) and issubclass(cc, BaseModel):
+                    model = cc
+                    break
+            else:
+                continue
+            break
+        else:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "union["))))
+    # pydantic puts union member names (e.g. 'BatchRange', 'list[int]') into loc: drop them
+    loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
+    dotted = ".".join(str(p) for p in loc) or "config"
+    kind = err["type"]
+    value = err.get("input")
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        allowed = _fields_at(loc[:-1])
+        hint = difflib.get_close_matches(key, allowed, n=1)
+        did = f" (did you mean {hint[0]!r}?)" if hint else ""
+        return f"{dotted}: unknown key{did}; allowed keys: {', '.join(allowed)}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if kind == "missing":
+        return f"{dotted}: required field is missing"
+    if isinstance(value, dict):  # a whole-section check: its message names the values
+        return f"{dotted}: {msg}"
+    return f"{dotted} = {_short(value)}: {msg}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _set_path(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {dotted}=...: bad key; use dotted names like budget.trials=8")
+    node: Any = raw
+    for part in parts[:-1]:
+        nxt = node.get(part) if isinstance(node, dict) else None
+        if nxt is None:
+            nxt = {}
+            node[part] = nxt
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {dotted}: {part!r} is not a section (it holds {_short(nxt)})")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides; values are parsed as YAML (``[1,2]``, ``true``, ``1e-3``)."""
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. budget.trials=8")
+        key, text = item.split("=", 1)
+        try:
+            value = yaml.safe_load(text) if text.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {key}={text}: value is not valid YAML ({_yaml_problem(e)})") from e
+        _set_path(raw, key.strip(), value)
+    return raw
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    mark = getattr(e, "problem_mark", None)
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(problem)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping with ``yaml.safe_load``; user errors raise ConfigError."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a directory; give a .yaml file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {e}") from e
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: YAML syntax error at {_yaml_problem(e)}") from e
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def _relevant(errors: list[Any]) -> list[Any]:
+    """Drop 'wrong type' errors from union members the input obviously was not meant for."""
+    def key(err: Any) -> str:
+        return _describe(err).split(":")[0].split(" = ")[0]
+
+    by_loc: dict[str, list[Any]] = {}
+    for err in errors:
+        by_loc.setdefault(key(err), []).append(err)
+    out = []
+    for group in by_loc.values():
+        specific = [e for e in group if not e["type"].endswith("_type")]
+        out.extend(specific or group[:1])
+    return out
+
+
+def config_from_dict(raw: dict[str, Any], source: str = "config") -> Config:
+    """Validate a plain dict into a Config; the first problem raises ConfigError."""
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        errors = _relevant(e.errors())
+        first = _describe(errors[0])
+        more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+        raise ConfigError(f"{source}: {first}{more}") from e
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Config:
+    """Load and validate a YAML config, applying ``--set``-style overrides first.
+
+    Raises :class:`ConfigError` naming the field, the bad value and what is allowed.
+    """
+    raw = apply_overrides(read_yaml(path), overrides)
+    return config_from_dict(raw, source=str(path))
+
+
+def dump_config(config: Config) -> str:
+    """The resolved config as YAML text (loads back to an equal Config)."""
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)

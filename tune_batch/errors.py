@@ -1,0 +1,32 @@
+"""tune_batch's own exceptions.
+
+User mistakes (a bad config, a bad flag, a missing file) raise :class:`UserError`
+subclasses: the command line turns them into one line on stderr and exit code 2.
+Anything else is a bug or a trial fault and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TuneBatchError(Exception):
+    """Base class of every error tune_batch raises on purpose."""
+
+
+class UserError(TuneBatchError):
+    """A mistake the user can fix: printed as one line, exit code 2."""
+
+
+class ConfigError(UserError):
+    """The config file or an override is invalid."""
+
+
+class WorkloadError(UserError):
+    """The model or data set cannot be built (unknown name, offline, bad import)."""
+
+
+class RunDirError(UserError):
+    """The run directory cannot be used (unwritable, belongs to another config)."""
+
+
+class DeviceMonitorError(TuneBatchError):
+    """A device telemetry call failed (NVML); the cause is chained."""

@@ -1,0 +1,1 @@
+"""Measurement: it measures and returns frozen dataclasses; it never decides what to try next."""

@@ -1,0 +1,70 @@
+"""Live progress of a search on the terminal: one line per finished trial."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from tune_batch.config import Config
+from tune_batch.pareto import front_records
+
+
+def _clock(seconds: float) -> str:
+    s = int(max(0, seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class Progress:
+    """Counts trials as they finish and prints ``[done/total]`` lines with the statuses so far,
+    the current front size, elapsed and estimated remaining time. Quiet prints nothing."""
+
+    def __init__(self, config: Config, total: int, *, already: list[dict[str, Any]] | None = None,
+                 quiet: bool = False, stream: TextIO | None = None) -> None:
+        self.config = config
+        self.total = total
+        self.quiet = quiet
+        self.stream = stream or sys.stdout
+        self.records: list[dict[str, Any]] = list(already or [])
+        self._start = time.monotonic()
+        self._done_here = 0
+        self.running = 0
+
+    def __getstate__(self) -> dict[str, Any]:  # Ray pickles callbacks: a stream cannot travel
+        state = dict(self.__dict__)
+        state["stream"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stream = self.stream or sys.stdout
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=self.stream, flush=True)
+
+    def started(self) -> None:
+        self.running += 1
+
+    def finished(self, rec: dict[str, Any]) -> None:
+        self.running = max(0, self.running - 1)
+        self.records.append(rec)
+        self._done_here += 1
+        if self.quiet:
+            return
+        done = len({r.get("trial_id") for r in self.records})
+        counts = {s: sum(1 for r in self.records if r.get("status") == s) for s in ("oom", "skipped", "failed")}
+        front = front_records(self.records, self.config.metric_names, self.config.directions)
+        elapsed = time.monotonic() - self._start
+        left = (elapsed / self._done_here) * max(0, self.total - done)
+        p = rec.get("params") or {}
+        m = rec.get("metrics") or {}
+        what = f"trial {rec.get('trial_id')} {rec.get('status')}: batch_size={p.get('batch_size')} lr={p.get('lr', 0):.3g} num_gpus={p.get('num_gpus')}"
+        if rec.get("status") == "ok":
+            shown = ", ".join(f"{k} {m[k]:.3g}" for k in self.config.metric_names if k in m)
+            what += f" -> {shown}"
+        elif rec.get("reason"):
+            what += f" ({str(rec['reason'])[:80]})"
+        tail = (f"running {self.running} | oom {counts['oom']} skipped {counts['skipped']} failed {counts['failed']}"
+                f" | front {len(front)} | {_clock(elapsed)} elapsed, ~{_clock(left)} left")
+        self.say(f"[{done}/{self.total}] {what} | {tail}")

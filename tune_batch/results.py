@@ -1,0 +1,162 @@
+"""The run directory, the source of truth of a search.
+
+``config.yaml`` (resolved), ``trials.jsonl`` (one JSON object per finished trial, appended,
+flushed and fsynced as the trial ends), ``study.db`` (Optuna sqlite), and the reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tune_batch.config import Config, config_from_dict, dump_config
+from tune_batch.errors import RunDirError
+
+CONFIG_FILE = "config.yaml"
+TRIALS_FILE = "trials.jsonl"
+STUDY_FILE = "study.db"
+
+# keys that may change when a search is continued: they do not change what a trial measures
+RESUMABLE_KEYS = ("budget.trials", "search.address")
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Dotted keys whose values differ between two config dicts (ignoring RESUMABLE_KEYS)."""
+    a, b = _flatten(old), _flatten(new)
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_KEYS)
+
+
+def load_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records of a trials.jsonl, and warnings for lines that do not parse (a line cut by a
+    crash or power loss is reported and skipped, never fatal)."""
+    records: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    if not path.exists():
+        return records, warnings
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if not isinstance(rec, dict):
+                    raise ValueError("not an object")
+                records.append(rec)
+            except ValueError as e:
+                warnings.append(f"{path.name} line {lineno} is broken and was ignored ({e})")
+    return records, warnings
+
+
+class RunDir:
+    """One search's directory. Appends are thread-safe and durable (flush + fsync)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:  # Ray pickles callbacks: a lock cannot travel
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def trials_path(self) -> Path:
+        return self.path / TRIALS_FILE
+
+    @property
+    def study_path(self) -> Path:
+        return self.path / STUDY_FILE
+
+    @property
+    def study_url(self) -> str:
+        return f"sqlite:///{self.study_path.resolve()}"
+
+    def exists(self) -> bool:
+        return self.config_path.exists()
+
+    @staticmethod
+    def check_writable(path: Path) -> None:
+        """Raise RunDirError unless ``path`` can be created and written (creates nothing)."""
+        probe = path
+        while not probe.exists():
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+        if probe.exists() and not probe.is_dir():
+            raise RunDirError(f"--output {str(path)!r}: {str(probe)!r} is a file, not a directory")
+        if not os.access(probe, os.W_OK | os.X_OK):
+            raise RunDirError(f"--output {str(path)!r}: {str(probe)!r} is not writable; choose another directory")
+
+    def prepare(self, config: Config, *, force: bool = False) -> bool:
+        """Create the directory and write config.yaml, or check it matches on resume.
+
+        Returns True when an existing search is being continued. Raises RunDirError when the
+        directory belongs to a different config (unless ``force``) or cannot be written.
+        """
+        self.check_writable(self.path)
+        if self.exists():
+            try:
+                old = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
+            except (OSError, yaml.YAMLError) as e:
+                raise RunDirError(f"{self.config_path} cannot be read ({e}); use a new --output") from e
+            diff = config_diff(old, config.to_dict())
+            if diff and not force:
+                shown = ", ".join(diff[:6]) + (" ..." if len(diff) > 6 else "")
+                raise RunDirError(
+                    f"--output {str(self.path)!r} holds a search with a different config ({shown} differ); "
+                    f"use a new --output, or --force to continue it with the new config"
+                )
+            if diff or old != config.to_dict():
+                self.config_path.write_text(dump_config(config), encoding="utf-8")
+            return True
+        if self.path.exists() and any(self.path.iterdir()):
+            raise RunDirError(
+                f"--output {str(self.path)!r} exists and is not a tune_batch run directory (no {CONFIG_FILE}); "
+                f"choose an empty or new directory"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(dump_config(config), encoding="utf-8")
+        return False
+
+    def load_config(self) -> Config:
+        raw = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
+        return config_from_dict(raw, source=str(self.config_path))
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Append one record as a JSON line, flushed and fsynced before returning."""
+        line = json.dumps(record, default=_json_default, allow_nan=True) + "\n"
+        with self._lock:
+            with self.trials_path.open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+
+    def records(self) -> tuple[list[dict[str, Any]], list[str]]:
+        return load_records(self.trials_path)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)

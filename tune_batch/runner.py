@@ -1,0 +1,119 @@
+"""A whole search: check the input, prepare the run directory, run a backend, write reports.
+
+``search(config) -> SearchResult`` is the library entry point; the CLI is a thin layer on it.
+A search started again on the same run directory continues: finished trials count towards
+``budget.trials`` and are neither rerun nor lost; trials a killed process left RUNNING in
+the study are marked FAIL and run again.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tune_batch.config import Config
+from tune_batch.errors import ConfigError, UserError
+from tune_batch.progress import Progress
+from tune_batch.report import Report, build_report, latest_per_trial, render_summary, write_files
+from tune_batch.results import RunDir
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    run_dir: Path
+    records: list[dict[str, Any]]
+    front: list[dict[str, Any]]
+    recommended: dict[str, Any] | None
+    report: Report = field(repr=False)
+
+
+def default_output(config: Config) -> Path:
+    return Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def preflight(config: Config) -> str:
+    """Build the data sets and the model once, so user mistakes (unknown model, missing files,
+    offline weights, bad ``pkg.module:function``) fail before anything is written or run.
+    Returns a one-line description of the workload."""
+    from tune_batch.workload import build_datasets, build_model
+
+    ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
+    model = build_model(config.model)
+    n_params = sum(p.numel() for p in model.parameters())
+    smallest = min(config.space.batch_choices())
+    if len(ds.train) < smallest:  # type: ignore[arg-type]
+        raise ConfigError(f"space.batch_size: the smallest batch ({smallest}) is larger than the training set ({len(ds.train)} samples)")  # type: ignore[arg-type]
+    if config.budget.train_samples < 2 * smallest:
+        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest batch_size ({2 * smallest})")
+    return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
+
+
+def open_storage(url: str) -> Any:
+    import optuna
+
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+
+
+def check_study(storage: Any, study_name: str, config: Config) -> None:
+    """Refuse a study whose directions differ from the objectives (OptunaSearch would silently
+    ignore them), and mark trials a dead process left RUNNING as FAIL so they are run again."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return
+    want = [optuna.study.StudyDirection.MAXIMIZE if d == "maximize" else optuna.study.StudyDirection.MINIMIZE
+            for d in config.directions]
+    if list(study.directions) != want:
+        have = [d.name.lower() for d in study.directions]
+        raise UserError(
+            f"study {study_name!r} has directions {have}, but the objectives ({', '.join(config.metric_names)}) "
+            f"need {list(config.directions)}; use another --study-name"
+        )
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+
+
+def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
+           storage_url: str | None = None, study_name: str | None = None, force: bool = False,
+           quiet: bool = False, verbose: bool = False) -> SearchResult:
+    """Run the search of ``config`` (or continue it) and write its reports.
+
+    Raises UserError (ConfigError, WorkloadError, RunDirError) for user mistakes, before
+    anything is written to ``output``.
+    """
+    run_dir = RunDir(output or default_output(config))
+    RunDir.check_writable(run_dir.path)
+    if config.search.backend != "ray":
+        raise ConfigError(f"search.backend = {config.search.backend!r}: only 'ray' is available in this version")
+    progress_out = Progress(config, config.budget.trials, quiet=quiet)
+    progress_out.say(f"workload: {preflight(config)}")
+    resumed = run_dir.prepare(config, force=force)
+    previous, warnings = run_dir.records()
+    done = latest_per_trial(previous)
+    for w in warnings:
+        progress_out.say(f"warning: {w}")
+    remaining = config.budget.trials - len(done)
+    progress = Progress(config, config.budget.trials, already=done, quiet=quiet)
+    if resumed:
+        progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, {max(0, remaining)} to run")
+    if remaining > 0:
+        storage = open_storage(storage_url or run_dir.study_url)
+        name = study_name or config.name
+        check_study(storage, name, config)
+        budget = config.budget.model_copy(update={"trials": remaining})
+        run_config = config.model_copy(update={"budget": budget})
+        from tune_batch.backends import ray as ray_backend
+
+        ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
+                               address=address or config.search.address, verbose=verbose)
+    records, warnings = run_dir.records()
+    report = build_report(config, records, warnings)
+    write_files(report, run_dir.path)
+    if not quiet:
+        print(render_summary(report), flush=True)
+        print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, study.db)", flush=True)
+    return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

@@ -1,0 +1,44 @@
+"""The joint search space: batch_size x lr x num_gpus, and the seed's constraints.
+
+Both categorical dimensions keep one fixed list of choices in every trial, so every Optuna
+sampler models them; a combination that breaks the batch rules is never trained: the trial
+ends as ``skipped`` (infeasible, zero compute) and the sampler learns to avoid it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tune_batch.config import SpaceConfig
+
+PARAMS = ("batch_size", "lr", "num_gpus")
+
+
+def violation(params: dict[str, Any], space: SpaceConfig) -> str | None:
+    """Why ``params`` break the seed's batch rules, or None when they are fine."""
+    b, n = int(params["batch_size"]), int(params["num_gpus"])
+    if b % n:
+        return f"batch_size {b} is not divisible by num_gpus {n}"
+    need = space.min_batch_per_gpu * n
+    if b < need:
+        return f"batch_size {b} < min_batch_per_gpu {space.min_batch_per_gpu} x num_gpus {n} = {need}"
+    return None
+
+
+def suggest(trial: Any, space: SpaceConfig, gpu_choices: list[int] | None = None) -> dict[str, Any]:
+    """Suggest batch_size, lr and num_gpus on an ``optuna.Trial`` (or anything with its
+    ``suggest_*`` methods). ``gpu_choices`` overrides ``space.num_gpus`` (e.g. filtered to
+    what the cluster has)."""
+    gpus = gpu_choices or list(space.num_gpus)
+    return {
+        "batch_size": trial.suggest_categorical("batch_size", space.batch_choices()),
+        "lr": trial.suggest_float("lr", space.lr.low, space.lr.high, log=space.lr.log),
+        "num_gpus": trial.suggest_categorical("num_gpus", gpus),
+    }
+
+
+def define_by_run(trial: Any, space: SpaceConfig, gpu_choices: list[int]) -> dict[str, Any]:
+    """The define-by-run function given to Ray's OptunaSearch (importable, so it pickles by
+    reference). Returns the Optuna trial number so records line up with ``study.db``."""
+    suggest(trial, space, gpu_choices)
+    return {"trial_number": trial.number}

@@ -1,0 +1,354 @@
+"""One trial: build the workload, warm up, time a window, (optionally) profile, validate.
+
+``run_trial(config, params) -> TrialResult`` never raises for trial faults: OOM ends as
+``oom``, an invalid combination as ``skipped``, everything else as ``failed`` with the reason
+and traceback kept. Only this boundary catches broad exceptions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import socket
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from tune_batch import space as space_mod
+from tune_batch.config import Config
+from tune_batch.errors import DeviceMonitorError
+from tune_batch.measure.cpu import CpuUtilWindow, PeakRss
+from tune_batch.oom import MemoryCapExceeded, cap_bytes, is_oom_error
+from tune_batch.workload import build_datasets, build_model
+
+
+class TrialTimeout(RuntimeError):
+    """The trial ran past ``budget.trial_timeout_s``."""
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or a BatchNorm running statistic became NaN or infinite."""
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one trial measured. Units are in the metric names (see DESIGN.md)."""
+
+    trial_id: int | str | None
+    params: dict[str, Any]
+    status: str
+    reason: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-able record written to ``trials.jsonl``."""
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> TrialResult:
+        known = {k: rec[k] for k in ("trial_id", "params", "status", "reason", "metrics",
+                                      "duration_s", "info", "traceback") if k in rec}
+        return cls(**known)
+
+
+def normalize_params(params: dict[str, Any]) -> dict[str, Any]:
+    """batch_size and num_gpus as int, lr as float; other keys (user extras) kept."""
+    out = dict(params)
+    out["batch_size"] = int(params["batch_size"])
+    out["lr"] = float(params["lr"])
+    out["num_gpus"] = int(params.get("num_gpus", 1))
+    return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _cycle(loader: DataLoader) -> Iterator[Any]:
+    """Batches forever, reshuffling at each epoch (the loader drops the short last batch)."""
+    while True:
+        yielded = False
+        for batch in loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise RuntimeError("the DataLoader yields no full batch: the data set is smaller than the batch")
+
+
+def _check_bn(model: nn.Module) -> None:
+    for name, m in model.named_modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None:
+            if not (torch.isfinite(m.running_mean).all() and torch.isfinite(m.running_var).all()):
+                raise NonFiniteError(f"NaN in BatchNorm running statistics of {name or 'model'}")
+
+
+def _evaluate(model: nn.Module, val: Any, device: torch.device, batch: int = 256) -> float:
+    model.eval()
+    correct = total = 0
+    with torch.no_grad():
+        for x, y in DataLoader(val, batch_size=batch, shuffle=False):
+            pred = model(x.to(device)).argmax(dim=1)
+            correct += int((pred.cpu() == y).sum())
+            total += len(y)
+    model.train()
+    return correct / total if total else 0.0
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def device_name(device: torch.device, threads: int) -> str:
+    if device.type == "cuda":
+        return f"cuda:{device.index} {torch.cuda.get_device_name(device)}"
+    return f"cpu ({threads} threads)"
+
+
+class _Stepper:
+    """Runs optimizer steps and keeps the per-step checks (timeout, memory cap, finite loss)."""
+
+    def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator[Any],
+                 device: torch.device, deadline: float, mem: PeakRss | None) -> None:
+        self.model, self.opt, self.batches, self.device = model, opt, batches, device
+        self.deadline, self.mem = deadline, mem
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.wait_s = 0.0
+        self.steps = 0
+        self.last_loss = float("nan")
+        self._check_every = 1 if device.type == "cpu" else 10  # .item() syncs a GPU: not every step
+
+    def step(self) -> None:
+        t = time.perf_counter()
+        x, y = next(self.batches)
+        self.wait_s += time.perf_counter() - t
+        x = x.to(self.device, non_blocking=True)
+        y = y.to(self.device, non_blocking=True)
+        loss = self.loss_fn(self.model(x), y)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.steps += 1
+        self._loss = loss
+        if self.steps % self._check_every == 0:
+            self.check_loss(loss)
+        if self.mem is not None:
+            self.mem.poll()
+        if self.mem is not None and self.mem.exceeded.is_set():
+            raise MemoryCapExceeded(self.mem.peak_bytes, self.mem.cap_bytes or 0)
+        if time.perf_counter() > self.deadline:
+            raise TrialTimeout("timeout: still training after budget.trial_timeout_s")
+
+    def check_loss(self, loss: torch.Tensor | None = None) -> None:
+        value = float((loss if loss is not None else self._loss).item())
+        self.last_loss = value
+        if not math.isfinite(value):
+            raise NonFiniteError(f"non-finite loss ({value}) at step {self.steps}")
+
+
+def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.device, threads: int,
+                       deadline: float, extra: dict[str, Any] | None, trace_dir: Path | None,
+                       info: dict[str, Any]) -> dict[str, float]:
+    seed = config.search.seed
+    torch.manual_seed(seed)
+    batch = params["batch_size"]  # one worker: the global batch is the worker's batch
+    budget = config.budget
+    total_steps = budget.train_samples // batch
+    if total_steps < 2:
+        raise ValueError(
+            f"budget.train_samples = {budget.train_samples} gives {total_steps} step(s) at batch_size {batch}; "
+            f"need at least 2 (one warm-up, one timed)"
+        )
+    warmup = min(budget.warmup_steps, total_steps - 1)
+    prof_steps = 0
+    if config.profile.enabled and trace_dir is not None:
+        p = config.profile
+        prof_steps = (p.wait + p.warmup + p.active) * p.repeat
+        if total_steps - warmup - prof_steps < 1:
+            info["profile"] = f"skipped: {total_steps} steps leave no room for {prof_steps} profiled steps"
+            prof_steps = 0
+    timed_steps = total_steps - warmup - prof_steps
+
+    ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=seed, extra=extra)
+    if len(ds.train) < batch:  # type: ignore[arg-type]
+        raise ValueError(f"the training set has {len(ds.train)} samples, fewer than batch_size {batch}")  # type: ignore[arg-type]
+    info["data"] = ds.description
+
+    cap = cap_bytes(config.resources.device_memory,
+                    torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None)
+    if config.resources.device_memory is not None and cap is None:
+        info["memory_cap"] = "a fractional cap needs a device with known total memory: not enforced on CPU"
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        if cap is not None:
+            total = torch.cuda.get_device_properties(device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
+    gen = torch.Generator().manual_seed(seed)
+    nw = config.data.num_workers
+    loader = DataLoader(ds.train, batch_size=batch, shuffle=True, drop_last=True, num_workers=nw,
+                        pin_memory=device.type == "cuda", generator=gen, persistent_workers=nw > 0)
+
+    if device.type == "cpu":
+        _prime(config, ds.train, device, extra)
+    mem_ctx: Any = PeakRss(cap) if device.type == "cpu" else contextlib.nullcontext()
+    with mem_ctx as mem:
+        model = build_model(config.model, extra).to(device)
+        model.train()
+        opt = torch.optim.SGD(model.parameters(), lr=params["lr"], momentum=config.optimizer.momentum,
+                              weight_decay=config.optimizer.weight_decay)
+        stepper = _Stepper(model, opt, _cycle(loader), device, deadline, mem)
+
+        for _ in range(warmup):
+            stepper.step()
+        if warmup:
+            stepper.check_loss()
+
+        # the timed window: end to end, data loading included, device synchronised at both edges
+        cpu = CpuUtilWindow(threads=torch.get_num_threads() + nw)
+        gpu_ctx: Any = contextlib.nullcontext()
+        if device.type == "cuda":
+            try:
+                from tune_batch.measure.nvml import GpuSampler
+
+                gpu_ctx = GpuSampler([device.index or 0])
+            except DeviceMonitorError as e:
+                info["device_util"] = f"not measured: {e}"
+        _sync(device)
+        stepper.wait_s = 0.0
+        cpu.start()
+        with gpu_ctx as gpu:
+            t0 = time.perf_counter()
+            for _ in range(timed_steps):
+                stepper.step()
+            _sync(device)
+            t1 = time.perf_counter()
+        cpu_window = cpu.stop()
+        wait_s = stepper.wait_s
+        stepper.check_loss()
+
+        if prof_steps:
+            info["trace_dir"] = str(trace_dir)
+            info["profile_step_s"] = _profile(stepper, config, trace_dir)  # type: ignore[arg-type]
+
+        if device.type == "cuda":
+            peak = int(torch.cuda.max_memory_allocated(device))
+        else:
+            peak = mem.peak_bytes
+        _check_bn(model)
+        val_acc = _evaluate(model, ds.val, device)
+
+    window_s = t1 - t0
+    timed_samples = timed_steps * batch
+    if device.type == "cuda":
+        util = getattr(getattr(gpu, "window", None), "device_util", None)
+    else:
+        util = cpu_window.util
+        info["device_util_raw"] = cpu_window.util_raw
+    info.update(steps=total_steps, warmup_steps=warmup, timed_steps=timed_steps, timed_samples=timed_samples,
+                profiled_steps=prof_steps, train_samples_done=total_steps * batch, world_size=1,
+                final_loss=stepper.last_loss)
+    metrics = {
+        "samples_per_s": timed_samples / window_s,
+        "val_acc": val_acc,
+        "peak_mem_bytes": float(peak),
+        "data_wait_frac": min(1.0, wait_s / window_s),
+        "timed_s": window_s,
+        "step_time_s": window_s / timed_steps,
+    }
+    if util is not None:
+        metrics["device_util"] = float(util)
+    return metrics
+
+
+def _prime(config: Config, train: Any, device: torch.device, extra: dict[str, Any] | None) -> None:
+    """One throwaway step at batch 2 before the memory baseline, so that once-per-process
+    costs (kernel caches, thread pools) are not counted as this batch size's memory."""
+    x, y = next(iter(DataLoader(train, batch_size=2, shuffle=False)))
+    model = build_model(config.model, extra).to(device)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=config.optimizer.momentum)
+    nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
+    opt.step()
+    del model, opt
+
+
+def _profile(stepper: _Stepper, config: Config, trace_dir: Path) -> float:
+    """Run the profiled steps (after the timed window) with the seed's torch.profiler setup;
+    returns their mean step time, to compare with the timed window's (profiler overhead)."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    p = config.profile
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if stepper.device.type == "cuda" else [])
+    n = (p.wait + p.warmup + p.active) * p.repeat
+    with profile(activities=activities, schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
+                 on_trace_ready=tensorboard_trace_handler(str(trace_dir)), record_shapes=p.record_shapes,
+                 profile_memory=p.profile_memory, with_stack=p.with_stack) as prof:
+        _sync(stepper.device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            stepper.step()
+            prof.step()
+        _sync(stepper.device)
+        return (time.perf_counter() - t0) / n
+
+
+def run_trial(config: Config, params: dict[str, Any], *, trial_id: int | str | None = None,
+              extra: dict[str, Any] | None = None, threads: int | None = None,
+              run_dir: str | Path | None = None) -> TrialResult:
+    """Run one measured trial of ``params`` (batch_size, lr, num_gpus) under ``config``.
+
+    ``threads``: torch intra-op threads for this trial (restored afterwards). ``run_dir``:
+    where profiler traces go (``traces/<trial_id>``). Never raises for trial faults.
+    """
+    start = time.perf_counter()
+    params = normalize_params(params)
+    info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
+
+    def result(status: str, reason: str | None = None, metrics: dict[str, float] | None = None,
+               tb: str | None = None) -> TrialResult:
+        return TrialResult(trial_id, params, status, reason, metrics or {}, time.perf_counter() - start, info, tb)
+
+    bad = space_mod.violation(params, config.space)
+    if bad:
+        info["train_s"] = 0.0
+        return result("skipped", f"space: {bad}")
+    if params["num_gpus"] > 1:
+        return result("failed", "num_gpus > 1 needs the data-parallel trial runner, which this version lacks")
+
+    prev_threads = torch.get_num_threads()
+    device = pick_device()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        info["device"] = device_name(device, torch.get_num_threads())
+        trace_dir = Path(run_dir) / "traces" / str(trial_id) if run_dir is not None else None
+        metrics = _train_and_measure(config, params, device=device, threads=torch.get_num_threads(),
+                                     deadline=start + config.budget.trial_timeout_s, extra=extra,
+                                     trace_dir=trace_dir, info=info)
+        metrics["duration_s"] = time.perf_counter() - start
+        return result("ok", None, metrics)
+    except (TrialTimeout, NonFiniteError) as e:
+        return result("failed", str(e))
+    except Exception as e:  # the trial boundary: every fault becomes a record
+        if is_oom_error(e):
+            return result("oom", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return result("failed", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",
+                      tb=traceback.format_exc())
+    finally:
+        torch.set_num_threads(prev_threads)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()

@@ -1,0 +1,188 @@
+"""Data sets: CIFAR-10, scikit-learn's bundled digits, seeded synthetic images, an image folder,
+or a user's ``pkg.module:function``. Every one yields (C, H, W) float tensors and int labels."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset, TensorDataset
+
+from tune_batch.config import DataConfig
+from tune_batch.errors import WorkloadError
+from tune_batch.workload.resolve import resolve_callable
+
+# ImageNet statistics: what torchvision's pretrained weights expect
+_MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+_STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+
+CIFAR_DIR = "cifar-10-batches-py"
+CIFAR_TRAIN = [f"data_batch_{i}" for i in range(1, 6)]
+CIFAR_TEST = "test_batch"
+
+
+@dataclass(frozen=True)
+class Datasets:
+    train: Dataset
+    val: Dataset
+    num_classes: int
+    description: str
+
+
+def _resize(x: torch.Tensor, side: int | None) -> torch.Tensor:
+    """Resize a batch (N, C, H, W) or one image (C, H, W) to side x side, bilinear."""
+    if side is None or x.shape[-1] == side and x.shape[-2] == side:
+        return x
+    single = x.dim() == 3
+    y = F.interpolate(x.unsqueeze(0) if single else x, size=(side, side), mode="bilinear", align_corners=False)
+    return y.squeeze(0) if single else y
+
+
+def _split(n: int, val_samples: int, seed: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if val_samples >= n:
+        raise WorkloadError(f"data.val_samples = {val_samples}: {what} has only {n} samples; use fewer than {n}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return perm[val_samples:], perm[:val_samples]
+
+
+def digits(cfg: DataConfig, seed: int) -> Datasets:
+    """scikit-learn's 8x8 handwritten digits (1797 real images, shipped in its wheel), as RGB."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0  # (N, 1, 8, 8) in [0, 1]
+    x = _resize(x, cfg.resize).repeat(1, 3, 1, 1)
+    x = (x - _MEAN) / _STD
+    y = torch.tensor(bunch.target, dtype=torch.long)
+    tr, va = _split(len(y), cfg.val_samples, seed, "digits")
+    return Datasets(TensorDataset(x[tr], y[tr]), TensorDataset(x[va], y[va]), 10,
+                    f"digits ({len(tr)} train / {len(va)} val, {x.shape[-1]} px)")
+
+
+def synthetic(cfg: DataConfig, seed: int, num_classes: int) -> Datasets:
+    """Seeded CIFAR-shaped images: each class a smooth random pattern, each sample that pattern
+    shifted, scaled and buried in noise, so the labels can be learnt but not for free."""
+    side = cfg.resize or 32
+    g = torch.Generator().manual_seed(seed + 7919)
+    protos = F.interpolate(torch.randn(num_classes, 3, 8, 8, generator=g), size=(side, side),
+                           mode="bilinear", align_corners=False)
+    n = cfg.synthetic_samples + cfg.val_samples
+    y = torch.randint(0, num_classes, (n,), generator=g)
+    scale = 0.5 + torch.rand(n, 1, 1, 1, generator=g)
+    x = protos[y] * scale + 1.5 * torch.randn(n, 3, side, side, generator=g)
+    shift = torch.randint(-2, 3, (2,), generator=g).tolist()
+    x = torch.roll(x, shifts=shift, dims=(2, 3))
+    tr, va = torch.arange(cfg.val_samples, n), torch.arange(cfg.val_samples)
+    return Datasets(TensorDataset(x[tr], y[tr]), TensorDataset(x[va], y[va]), num_classes,
+                    f"synthetic ({len(tr)} train / {len(va)} val, {side} px, {num_classes} classes)")
+
+
+class CifarImages(Dataset):
+    """CIFAR-format images held as uint8; converted, resized and normalised per sample
+    (in the DataLoader workers, as the seed's transforms do)."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, side: int | None) -> None:
+        self.images, self.labels, self.side = images, labels, side
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = _resize(self.images[i].float() / 255.0, self.side)
+        return (x - _MEAN) / _STD, self.labels[i]
+
+
+def _read_cifar_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        with path.open("rb") as f:
+            entry = pickle.load(f, encoding="latin1")  # noqa: S301 - the CIFAR-10 format is pickle
+        data = torch.as_tensor(entry["data"], dtype=torch.uint8).reshape(-1, 3, 32, 32)
+        labels = torch.as_tensor(entry.get("labels", entry.get("fine_labels")), dtype=torch.long)
+    except Exception as e:
+        raise WorkloadError(f"data.root: {path} is not a CIFAR-10 batch file ({type(e).__name__}: {e})") from e
+    return data, labels
+
+
+def cifar10(cfg: DataConfig, seed: int) -> Datasets:
+    """CIFAR-10 from ``root/cifar-10-batches-py`` (the python version); downloaded when
+    ``download`` is true and the files are missing. Validation samples come from the test batch."""
+    folder = Path(cfg.root).expanduser() / CIFAR_DIR
+    missing = [n for n in CIFAR_TRAIN + [CIFAR_TEST] if not (folder / n).exists()]
+    if missing and cfg.download:
+        import torchvision
+
+        try:
+            torchvision.datasets.CIFAR10(root=str(Path(cfg.root).expanduser()), train=True, download=True)
+        except Exception as e:
+            raise WorkloadError(
+                f"data.download = true: CIFAR-10 could not be downloaded to {cfg.root!r} "
+                f"({type(e).__name__}: {str(e)[:120]}); put cifar-10-batches-py there by hand or use data.name=digits"
+            ) from e
+        missing = [n for n in CIFAR_TRAIN + [CIFAR_TEST] if not (folder / n).exists()]
+    if missing:
+        raise WorkloadError(
+            f"data.name = 'cifar10': {folder} lacks {', '.join(missing)}; set data.download=true "
+            f"(needs the network) or point data.root at a folder holding {CIFAR_DIR}"
+        )
+    parts = [_read_cifar_batch(folder / n) for n in CIFAR_TRAIN]
+    x_tr = torch.cat([p[0] for p in parts])
+    y_tr = torch.cat([p[1] for p in parts])
+    x_te, y_te = _read_cifar_batch(folder / CIFAR_TEST)
+    n_val = min(cfg.val_samples, len(y_te))
+    side = cfg.resize
+    return Datasets(CifarImages(x_tr, y_tr, side), CifarImages(x_te[:n_val], y_te[:n_val], side), 10,
+                    f"cifar10 ({len(y_tr)} train / {n_val} val, {side or 32} px)")
+
+
+def imagefolder(cfg: DataConfig, seed: int) -> Datasets:
+    """torchvision ImageFolder: ``root/train`` and ``root/val`` when both exist, else ``root`` split."""
+    import torchvision.transforms as T
+    from torchvision.datasets import ImageFolder
+
+    root = Path(cfg.root).expanduser()
+    if not root.is_dir():
+        raise WorkloadError(f"data.root = {cfg.root!r}: no such folder for data.name = 'imagefolder'")
+    steps: list[Any] = [T.Resize((cfg.resize, cfg.resize))] if cfg.resize else []
+    tf = T.Compose([*steps, T.ToTensor(), T.Normalize(_MEAN.flatten().tolist(), _STD.flatten().tolist())])
+    try:
+        if (root / "train").is_dir() and (root / "val").is_dir():
+            train, val = ImageFolder(str(root / "train"), tf), ImageFolder(str(root / "val"), tf)
+            classes = len(train.classes)
+        else:
+            full = ImageFolder(str(root), tf)
+            tr, va = _split(len(full), cfg.val_samples, seed, f"imagefolder {root}")
+            train, val = torch.utils.data.Subset(full, tr.tolist()), torch.utils.data.Subset(full, va.tolist())
+            classes = len(full.classes)
+    except (FileNotFoundError, RuntimeError) as e:
+        raise WorkloadError(f"data.root = {cfg.root!r}: not an image folder ({e})") from e
+    return Datasets(train, val, classes, f"imagefolder {root} ({len(train)} train / {len(val)} val)")  # type: ignore[arg-type]
+
+
+def build_datasets(cfg: DataConfig, *, num_classes: int, seed: int = 0, extra: dict[str, Any] | None = None) -> Datasets:
+    """Build the train / val data sets of ``cfg``. Raises WorkloadError on user mistakes."""
+    if ":" in cfg.name:
+        fn = resolve_callable(cfg.name, "data.name")
+        out = fn(**cfg.kwargs, **(extra or {}))
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise WorkloadError(f"data.name = {cfg.name!r} must return (train_dataset, val_dataset), got {type(out).__name__}")
+        ds = Datasets(out[0], out[1], num_classes, f"{cfg.name} ({len(out[0])} train / {len(out[1])} val)")
+    elif cfg.name == "digits":
+        ds = digits(cfg, seed)
+    elif cfg.name == "synthetic":
+        ds = synthetic(cfg, seed, num_classes)
+    elif cfg.name == "cifar10":
+        ds = cifar10(cfg, seed)
+    elif cfg.name == "imagefolder":
+        ds = imagefolder(cfg, seed)
+    else:  # config validation lets nothing else through
+        raise WorkloadError(f"data.name = {cfg.name!r}: unknown data set")
+    if ds.num_classes > num_classes:
+        raise WorkloadError(
+            f"model.num_classes = {num_classes}: the data set {cfg.name!r} has {ds.num_classes} classes; "
+            f"set model.num_classes >= {ds.num_classes}"
+        )
+    return ds
