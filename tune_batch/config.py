@@ -377,6 +377,27 @@ def _set_path(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+class _Loader(yaml.SafeLoader):
+    """yaml.SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` semantics (no Python tags), with ``1e-4`` read as a float."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
     """Apply ``key.path=value`` overrides; values are parsed as YAML (``[1,2]``, ``true``, ``1e-3``)."""
     for item in overrides or []:
@@ -384,7 +405,7 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[st
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. budget.trials=8")
         key, text = item.split("=", 1)
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = safe_load(text) if text.strip() else None
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {key}={text}: value is not valid YAML ({_yaml_problem(e)})") from e
         _set_path(raw, key.strip(), value)
@@ -411,7 +432,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file {str(p)!r} cannot be read: {e}") from e
     try:
-        raw = yaml.safe_load(text)
+        raw = safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: YAML syntax error at {_yaml_problem(e)}") from e
     if raw is None:

@@ -94,7 +94,8 @@ def _check_bn(model: nn.Module) -> None:
                 raise NonFiniteError(f"NaN in BatchNorm running statistics of {name or 'model'}")
 
 
-def _evaluate(model: nn.Module, val: Any, device: torch.device, batch: int = 256) -> float:
+def _evaluate(model: nn.Module, val: Any, device: torch.device, batch: int) -> float:
+    """Top-1 accuracy on the held-out split, at the trial's own batch size (what fits in training fits here)."""
     model.eval()
     correct = total = 0
     with torch.no_grad():
@@ -246,7 +247,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         else:
             peak = mem.peak_bytes
         _check_bn(model)
-        val_acc = _evaluate(model, ds.val, device)
+        val_acc = _evaluate(model, ds.val, device, batch)
 
     window_s = t1 - t0
     timed_samples = timed_steps * batch

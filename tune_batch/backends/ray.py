@@ -122,6 +122,18 @@ def _failed_record(trial: Any, reason: str) -> dict[str, Any]:
             "metrics": {}, "duration_s": 0.0, "info": {}, "traceback": None, "ray_trial_id": trial.trial_id}
 
 
+def _reload_auth() -> None:
+    """Make Ray re-read RAY_AUTH_MODE / RAY_AUTH_TOKEN: it caches them per process (pinned
+    Ray internals; without this a second search in one process presents a stale token)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config as RayletConfig
+
+        RayletConfig.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # another Ray version: it reads the env at start
+        pass
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[str, float]]:
     """Connect to ``address`` or start a local Ray instance bound to 127.0.0.1 with its temp
@@ -144,6 +156,7 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
         if saved_env["RAY_AUTH_MODE"] is None and saved_env["RAY_AUTH_TOKEN"] is None:
             os.environ["RAY_AUTH_MODE"] = "token"
             os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+            _reload_auth()
         # socket paths have a length limit: keep the temp dir short
         temp = tempfile.mkdtemp(prefix="tb-", dir="/tmp" if os.path.isdir("/tmp") else None)
         kwargs.update(_temp_dir=temp, num_cpus=os.cpu_count(), dashboard_host="127.0.0.1",
@@ -158,11 +171,13 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
         finally:
             ray.shutdown()
     finally:
-        for k, v in saved_env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        if any(os.environ.get(k) != v for k, v in saved_env.items()):
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            _reload_auth()
         if temp:
             shutil.rmtree(temp, ignore_errors=True)
 

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tune_batch.config import Config, config_from_dict, dump_config, load_config, parse_memory
+from tune_batch.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_configs_are_valid() -> None:
+    q = load_config(REPO / "configs/quickstart.yaml")
+    assert q.data.name == "digits" and q.space.num_gpus == [1]
+    r = load_config(REPO / "configs/resnet18.yaml")
+    assert r.model.pretrained and r.data.resize == 224 and r.data.num_workers == 4
+    assert r.space.batch_choices() == [16, 32, 64, 128, 256, 512]
+    assert r.space.num_gpus == [1, 2, 4, 8] and r.optimizer.momentum == 0.9
+
+
+def test_resolved_config_round_trips(tmp_path: Path) -> None:
+    cfg = load_config(REPO / "configs/resnet18.yaml", ["budget.trials=3", "space.num_gpus=[1,2]"])
+    p = tmp_path / "c.yaml"
+    p.write_text(dump_config(cfg))
+    assert load_config(p) == cfg
+
+
+def test_overrides_are_yaml_typed() -> None:
+    cfg = load_config(REPO / "configs/quickstart.yaml",
+                      ["budget.trials=5", "space.lr.low=1e-4", "data.name=synthetic", "space.batch_size=[16, 48]",
+                       "resources.device_memory=256MiB", "profile.enabled=true"])
+    assert cfg.budget.trials == 5 and cfg.space.lr.low == 1e-4 and cfg.data.name == "synthetic"
+    assert cfg.space.batch_choices() == [16, 48] and cfg.profile.enabled
+    assert parse_memory(cfg.resources.device_memory) == ("bytes", 256 * 2**20)
+
+
+BAD = [
+    # (raw config, words the one-line message must contain)
+    ({"space": {"batchsize": {"min": 16}}}, ["space.batchsize", "unknown key", "did you mean 'batch_size'"]),
+    ({"modle": {}}, ["modle", "did you mean 'model'"]),
+    ({"space": {"lr": {"low": 0}}}, ["space.lr.low", "0", "greater than 0"]),
+    ({"space": {"lr": {"low": -1e-3}}}, ["space.lr.low", "greater than 0"]),
+    ({"space": {"lr": {"low": 0.1, "high": 0.01}}}, ["space.lr", "low = 0.1 >= high = 0.01"]),
+    ({"space": {"batch_size": {"min": 24, "max": 64}}}, ["space.batch_size", "min = 24", "power of two"]),
+    ({"space": {"batch_size": {"min": 128, "max": 16}}}, ["space.batch_size", "min = 128 > max = 16"]),
+    ({"space": {"batch_size": []}}, ["space.batch_size", "empty"]),
+    ({"space": {"num_gpus": [0]}}, ["space.num_gpus", "0", ">= 1"]),
+    ({"space": {"num_gpus": [-2]}}, ["space.num_gpus", "-2"]),
+    ({"space": {"num_gpus": []}}, ["space.num_gpus", "empty"]),
+    ({"space": {"batch_size": [16], "num_gpus": [1, 4]}}, ["num_gpus = 4", "min_batch_per_gpu (16) x 4 = 64", "largest batch_size is 16"]),
+    ({"budget": {"trials": "many"}}, ["budget.trials", "'many'", "integer"]),
+    ({"budget": {"trials": 0}}, ["budget.trials", "greater than or equal to 1"]),
+    ({"budget": {"train_samples": 2.5}}, ["budget.train_samples", "2.5"]),
+    ({"search": {"sampler": "cmaes"}}, ["search.sampler", "'cmaes'", "'tpe', 'nsga2', 'gp' or 'random'"]),
+    ({"search": {"backend": "dask"}}, ["search.backend", "'dask'"]),
+    ({"data": {"name": "mnist"}}, ["data.name", "'mnist'", "cifar10 | digits | synthetic | imagefolder"]),
+    ({"objectives": [{"metric": "speed"}]}, ["objectives.0.metric", "'speed'", "samples_per_s"]),
+    ({"objectives": []}, ["objectives", "at least one"]),
+    ({"objectives": [{"metric": "val_acc"}, {"metric": "val_acc"}]}, ["appears twice"]),
+    ({"resources": {"device_memory": "lots"}}, ["resources.device_memory", "'lots'", "24GiB"]),
+    ({"resources": {"device_memory": -1}}, ["resources.device_memory", "-1"]),
+    ({"resources": {"device_memory": "3XB"}}, ["unit 'XB'"]),
+    ({"resources": {"cpus_per_trial": 0}}, ["resources.cpus_per_trial"]),
+    ({"optimizer": {"momentum": 1.5}}, ["optimizer.momentum", "1.5"]),
+    ({"name": "has space"}, ["name", "'has space'"]),
+    ({"model": {"num_classes": 1}}, ["model.num_classes"]),
+    ({"profile": {"enabled": "yes"}}, ["profile.enabled", "'yes'", "boolean"]),
+]
+
+
+@pytest.mark.parametrize(("raw", "words"), BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_config_names_field_value_and_what_is_allowed(raw: dict, words: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw)
+    msg = str(info.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+
+
+def test_yaml_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\nspace:\n  lr: {low: 1e-3, high: 0.1\nbudget: {}\n")
+    with pytest.raises(ConfigError, match=r"YAML syntax error at line \d+, column \d+"):
+        load_config(p)
+
+
+def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    p = tmp_path / "list.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(p)
+
+
+@pytest.mark.parametrize(("override", "words"), [
+    ("budget.trails=3", ["budget.trails", "did you mean 'trials'"]),
+    ("budget.trials=three", ["budget.trials", "'three'"]),
+    ("space.num_gpus=[1, 2", ["not valid YAML"]),
+    ("budget", ["expected KEY=VALUE"]),
+    ("name.x=1", ["'name' is not a section"]),
+])
+def test_bad_overrides(override: str, words: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(REPO / "configs/quickstart.yaml", [override])
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_safe_load_refuses_python_tags(tmp_path: Path) -> None:
+    p = tmp_path / "evil.yaml"
+    p.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="YAML syntax error"):
+        load_config(p)
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    cfg = Config()
+    assert cfg.metric_names == ["samples_per_s", "device_util", "val_acc"]
+    assert cfg.directions == ["maximize"] * 3
+    assert cfg.space.min_batch_per_gpu == 16 and cfg.resources.memory_margin == 0.1
+    assert yaml.safe_load(dump_config(cfg))["search"]["sampler"] == "tpe"

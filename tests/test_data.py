@@ -1,0 +1,137 @@
+"""Data sets and models from the config, on data the tests write (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import tiny_config
+from tune_batch.config import config_from_dict
+from tune_batch.errors import WorkloadError
+from tune_batch.trial import run_trial
+from tune_batch.workload import build_datasets, build_model
+
+
+def write_cifar(root: Path, per_batch: int = 20, test: int = 30, seed: int = 0) -> np.ndarray:
+    """A CIFAR-10-format folder (python version): 5 train batches and a test batch.
+    Each class is a distinct colour so the labels are learnable."""
+    rng = np.random.default_rng(seed)
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    colours = rng.integers(0, 256, size=(10, 3))
+
+    def batch(n: int) -> dict:
+        labels = rng.integers(0, 10, size=n)
+        imgs = np.clip(colours[labels][:, :, None] + rng.normal(0, 20, size=(n, 3, 1024)), 0, 255).astype(np.uint8)
+        return {"data": imgs.reshape(n, 3072), "labels": labels.tolist(), "batch_label": "test"}
+
+    for i in range(1, 6):
+        (folder / f"data_batch_{i}").write_bytes(pickle.dumps(batch(per_batch)))
+    (folder / "test_batch").write_bytes(pickle.dumps(batch(test)))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": [f"c{i}" for i in range(10)]}))
+    return colours
+
+
+def test_cifar10_folder_loads_resized_and_normalised(tmp_path: Path) -> None:
+    write_cifar(tmp_path)
+    cfg = config_from_dict({"data": {"name": "cifar10", "root": str(tmp_path), "resize": 48, "val_samples": 25}})
+    ds = build_datasets(cfg.data, num_classes=10)
+    assert len(ds.train) == 100 and len(ds.val) == 25
+    x, y = ds.train[0]
+    assert x.shape == (3, 48, 48) and x.dtype == torch.float32 and 0 <= int(y) < 10
+    assert -3 < float(x.mean()) < 3
+
+
+def test_cifar10_trains_in_a_trial(tmp_path: Path) -> None:
+    write_cifar(tmp_path, per_batch=64, test=64)
+    cfg = tiny_config(data={"name": "cifar10", "root": str(tmp_path), "resize": 16, "val_samples": 64},
+                      budget={"train_samples": 1024})
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "ok", res.reason
+    assert res.metrics["val_acc"] > 0.3  # colours are easy; chance is 0.1
+    assert "cifar10 (320 train / 64 val, 16 px)" in res.info["data"]
+
+
+def test_cifar10_offline_without_files_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = config_from_dict({"data": {"name": "cifar10", "root": str(tmp_path), "download": False}})
+    with pytest.raises(WorkloadError, match="lacks data_batch_1.*set data.download=true"):
+        build_datasets(cfg.data, num_classes=10)
+
+
+def test_cifar10_corrupt_batch_is_a_clear_error(tmp_path: Path) -> None:
+    write_cifar(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    cfg = config_from_dict({"data": {"name": "cifar10", "root": str(tmp_path)}})
+    with pytest.raises(WorkloadError, match="data_batch_3 is not a CIFAR-10 batch file"):
+        build_datasets(cfg.data, num_classes=10)
+
+
+def test_digits_is_real_and_split() -> None:
+    cfg = config_from_dict({"data": {"name": "digits", "resize": 32, "val_samples": 397}})
+    ds = build_datasets(cfg.data, num_classes=10)
+    assert len(ds.train) + len(ds.val) == 1797 and len(ds.val) == 397
+    assert ds.train[0][0].shape == (3, 32, 32)
+
+
+def test_synthetic_is_seeded_and_learnable() -> None:
+    cfg = tiny_config(data={"name": "synthetic", "resize": 16, "val_samples": 200, "synthetic_samples": 1024})
+    a = build_datasets(cfg.data, num_classes=10, seed=1)
+    b = build_datasets(cfg.data, num_classes=10, seed=1)
+    assert torch.equal(a.train[5][0], b.train[5][0])
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "ok" and res.metrics["val_acc"] > 0.3
+
+
+def test_imagefolder(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for c, colour in enumerate([(255, 0, 0), (0, 0, 255)]):
+            d = tmp_path / split / f"class{c}"
+            d.mkdir(parents=True)
+            for i in range(6):
+                Image.new("RGB", (20, 24), colour).save(d / f"{i}.png")
+    cfg = config_from_dict({"data": {"name": "imagefolder", "root": str(tmp_path), "resize": 16}})
+    ds = build_datasets(cfg.data, num_classes=10)
+    assert len(ds.train) == 12 and len(ds.val) == 12 and ds.num_classes == 2
+    assert ds.train[0][0].shape == (3, 16, 16)
+
+
+def test_more_classes_than_the_model_has_is_an_error(tmp_path: Path) -> None:
+    cfg = config_from_dict({"model": {"num_classes": 5}, "data": {"name": "digits"}})
+    with pytest.raises(WorkloadError, match="model.num_classes = 5.*10 classes"):
+        build_datasets(cfg.data, num_classes=5)
+
+
+@pytest.mark.parametrize(("name", "match"), [
+    ("resnet81", "unknown model \\(did you mean 'resnet18'\\?\\)"),
+    ("nosuchpkg.mod:fn", "module 'nosuchpkg.mod' does not import"),
+    ("tests.workloads:nope", "has no attribute 'nope'"),
+    ("tests.workloads:NOT_CALLABLE", "is a int, not a callable"),
+    ("tests.workloads:not_a_model", "returned str, not a torch.nn.Module"),
+])
+def test_bad_models(name: str, match: str) -> None:
+    cfg = config_from_dict({"model": {"name": name}})
+    with pytest.raises(WorkloadError, match=match):
+        build_model(cfg.model)
+
+
+def test_torchvision_model_by_name_honours_num_classes() -> None:
+    cfg = config_from_dict({"model": {"name": "resnet18", "num_classes": 7}})
+    m = build_model(cfg.model)
+    assert m(torch.randn(2, 3, 32, 32)).shape == (2, 7)
+
+
+def test_pretrained_offline_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # an empty cache: the weights must be fetched
+    cfg = config_from_dict({"model": {"name": "resnet18", "pretrained": True}})
+    try:
+        build_model(cfg.model)
+    except WorkloadError as e:
+        assert "could not load" in str(e) and "model.pretrained=false" in str(e)
+    else:  # online machine: the weights came down, and the head was resized to 10 classes
+        pytest.skip("online: pretrained weights downloaded")

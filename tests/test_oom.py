@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tune_batch.oom import MemoryCapExceeded, cap_bytes, is_oom_error
+
+
+@pytest.mark.parametrize("exc", [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB"),
+    RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
+    RuntimeError("cuDNN error: CUDNN_STATUS_NOT_ENOUGH_WORKSPACE"),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1000000 bytes."),
+    MemoryError(),
+    MemoryCapExceeded(10, 5),
+])
+def test_oom_errors_are_recognised(exc: BaseException) -> None:
+    assert is_oom_error(exc)
+
+
+@pytest.mark.parametrize("exc", [
+    RuntimeError("mat1 and mat2 shapes cannot be multiplied"),
+    ValueError("out of range"),
+    KeyError("memory"),
+    TypeError("bad"),
+])
+def test_other_errors_are_not_oom(exc: BaseException) -> None:
+    assert not is_oom_error(exc)
+
+
+def test_oom_wrapped_in_another_error_is_found() -> None:
+    try:
+        try:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        except torch.OutOfMemoryError as inner:
+            raise RuntimeError("worker failed") from inner
+    except RuntimeError as outer:
+        assert is_oom_error(outer)
+
+
+def test_real_cpu_allocation_failure_is_oom() -> None:
+    with pytest.raises(RuntimeError) as info:
+        torch.empty(2**62, dtype=torch.uint8)
+    assert is_oom_error(info.value)
+
+
+def test_cap_bytes() -> None:
+    assert cap_bytes(None, 100) is None
+    assert cap_bytes("1KiB", None) == 1024
+    assert cap_bytes(0.5, 1000) == 500
+    assert cap_bytes(0.5, None) is None

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import optuna
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tune_batch.pareto import dominates, front_records, non_dominated
+from tune_batch.report import knee
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+small = st.integers(0, 4).map(float)  # few distinct values: many ties and duplicates
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    directions=st.lists(st.sampled_from(["maximize", "minimize"]), min_size=2, max_size=3),
+    data=st.data(),
+)
+def test_front_equals_optunas_best_trials(directions: list[str], data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 14))
+    points = data.draw(st.lists(st.lists(small, min_size=len(directions), max_size=len(directions)), min_size=n, max_size=n))
+    feasible = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    study = optuna.create_study(directions=directions)
+    for p, ok in zip(points, feasible):
+        t = study.ask()
+        t.set_constraint("memory", 0.0 if ok else 1.0)
+        study.tell(t, p)
+    records = [{"trial_id": i, "status": "ok" if ok else "oom",
+                "metrics": {f"m{k}": v for k, v in enumerate(p)}} for i, (p, ok) in enumerate(zip(points, feasible))]
+    ours = {r["trial_id"] for r in front_records(records, [f"m{k}" for k in range(len(directions))], directions)}
+    theirs = {t.number for t in study.best_trials}
+    assert ours == theirs
+
+
+def test_dominates_and_duplicates() -> None:
+    assert dominates([1, 1], [1, 2]) and not dominates([1, 2], [1, 2])
+    assert non_dominated([[1, 1], [1, 1], [2, 0], [3, 3]], ["minimize", "minimize"]) == [0, 1, 2]
+    assert non_dominated([[1, 1], [2, 0]], ["maximize", "maximize"]) == [0, 1]
+    assert non_dominated([[float("nan"), 1], [0, 0]], ["maximize", "maximize"]) == [1]
+
+
+def test_knee_is_the_balanced_point() -> None:
+    front = [{"trial_id": i, "metrics": {"a": a, "b": b}} for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
+    assert knee(front, ["a", "b"], ["maximize", "maximize"])["trial_id"] == 1
+    assert knee([], ["a"], ["maximize"]) is None

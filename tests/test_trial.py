@@ -1,0 +1,107 @@
+"""The trial runner, for real: small_cnn trains on digits on this CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.conftest import tiny_config
+from tune_batch import objectives
+from tune_batch.trial import TrialResult, run_trial
+
+
+def test_trial_on_digits_learns_and_measures_everything(tiny) -> None:
+    res = run_trial(tiny, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, trial_id=7)
+    assert res.status == "ok", res.reason
+    m = res.metrics
+    assert m["val_acc"] > 0.5  # chance is 0.1
+    assert m["samples_per_s"] > 0 and math.isfinite(m["samples_per_s"])
+    assert 0 < m["device_util"] <= 1
+    assert 0 <= m["data_wait_frac"] < 1
+    assert m["peak_mem_bytes"] > 0
+    assert res.info["steps"] == 1024 // 16 and res.info["warmup_steps"] == 2
+    assert res.info["timed_samples"] == (64 - 2) * 16
+    assert res.info["train_samples_done"] == 1024
+    assert res.info["device"].startswith("cpu")
+    # samples_per_s is the timed samples over the timed window, nothing else
+    assert m["samples_per_s"] == pytest.approx(res.info["timed_samples"] / m["timed_s"])
+    assert res.duration_s >= m["timed_s"]
+    rec = res.to_record()
+    assert TrialResult.from_record(rec) == res
+    assert objectives.constraints(rec) == {"memory": 0.0, "space": 0.0}
+
+
+def test_equal_sample_budget_across_batch_sizes(tiny) -> None:
+    a = run_trial(tiny, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
+    b = run_trial(tiny, {"batch_size": 64, "lr": 0.05, "num_gpus": 1})
+    assert a.info["train_samples_done"] == b.info["train_samples_done"] == 1024
+    assert a.info["steps"] == 4 * b.info["steps"]
+
+
+def test_oom_inside_a_trial_is_status_oom_not_an_error() -> None:
+    cfg = tiny_config(model={"name": "tests.workloads:oom_above", "kwargs": {"limit": 32}})
+    fits = run_trial(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    assert fits.status == "ok", fits.reason
+    res = run_trial(cfg, {"batch_size": 64, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "oom"
+    assert "OutOfMemoryError" in res.reason
+    assert res.traceback is None
+    assert objectives.constraints(res.to_record())["memory"] > 0
+    assert objectives.values(cfg, res.to_record()) == [0.0, 0.0, 0.0]
+
+
+def test_memory_cap_on_cpu_ends_the_trial_as_oom() -> None:
+    cfg = tiny_config(resources={"device_memory": "1MiB"})
+    res = run_trial(cfg, {"batch_size": 64, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "oom"
+    assert "exceeds the cap of 1.0 MiB" in res.reason
+
+
+def test_nan_loss_is_failed_with_the_reason() -> None:
+    res = run_trial(tiny_config(), {"batch_size": 16, "lr": 1e12, "num_gpus": 1})
+    assert res.status == "failed"
+    assert "non-finite loss" in res.reason or "NaN in BatchNorm" in res.reason
+
+
+def test_timeout_is_failed() -> None:
+    cfg = tiny_config(budget={"trial_timeout_s": 0.05, "train_samples": 4096})
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "failed" and res.reason.startswith("timeout")
+
+
+def test_other_exceptions_are_failed_with_traceback() -> None:
+    cfg = tiny_config(model={"name": "tests.workloads:raising_model", "kwargs": {}})
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "failed"
+    assert res.reason == "ValueError: boom from the user's model"
+    assert "Traceback" in res.traceback and "boom" in res.traceback
+
+
+def test_rule_breaking_combination_is_skipped_without_training(tiny) -> None:
+    res = run_trial(tiny, {"batch_size": 16, "lr": 0.05, "num_gpus": 2})
+    assert res.status == "skipped"
+    assert "min_batch_per_gpu 16 x num_gpus 2 = 32" in res.reason
+    assert res.info["train_s"] == 0.0 and res.duration_s < 0.5
+    assert objectives.constraints(res.to_record()) == {"memory": 0.0, "space": 1.0}
+
+
+def test_threads_are_restored_after_a_trial(tiny) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    run_trial(tiny, {"batch_size": 64, "lr": 0.05, "num_gpus": 1}, threads=1)
+    assert torch.get_num_threads() == before
+
+
+def test_profiled_steps_write_a_trace_and_stay_out_of_the_window(tmp_path) -> None:
+    cfg = tiny_config(profile={"enabled": True, "wait": 1, "warmup": 1, "active": 2, "repeat": 1})
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, trial_id=3, run_dir=tmp_path)
+    assert res.status == "ok", res.reason
+    assert res.info["profiled_steps"] == 4
+    assert res.info["timed_steps"] == 64 - 2 - 4
+    traces = list((tmp_path / "traces" / "3").glob("*.json"))
+    assert traces, "no trace file written"
+    import json
+
+    assert json.loads(traces[0].read_text())["traceEvents"]

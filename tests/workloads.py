@@ -1,0 +1,46 @@
+"""Workloads used by the tests through ``pkg.module:function`` entries (real code paths)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tune_batch.workload.models import small_cnn
+
+
+class _OomAbove(nn.Module):
+    """A real small CNN that raises torch.OutOfMemoryError, as the CUDA allocator does, when a
+    batch is larger than ``limit``: the OOM path of a GPU, on a CPU."""
+
+    def __init__(self, num_classes: int, limit: int) -> None:
+        super().__init__()
+        self.net = small_cnn(num_classes, width=8)
+        self.limit = limit
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > self.limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} samples (test limit {self.limit})")
+        return self.net(x)
+
+
+def oom_above(num_classes: int = 10, limit: int = 32) -> nn.Module:
+    return _OomAbove(num_classes, limit)
+
+
+def raising_model(num_classes: int = 10) -> nn.Module:
+    class Boom(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(1, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("boom from the user's model")
+
+    return Boom()
+
+
+def not_a_model(num_classes: int = 10) -> str:
+    return "not a module"
+
+
+NOT_CALLABLE = 42
