@@ -37,15 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--quiet", "-q", action="store_true", help="print only errors and the final table")
     g.add_argument("--verbose", "-v", action="store_true", help="show Ray's own logs and tables")
-    s.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    s.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     v = sub.add_parser("validate", help="check a config (with --set overrides) without running anything")
     _add_config(v)
-    v.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    v.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    m = sub.add_parser("max-batch", help="the largest batch size that fits under resources.device_memory, in few probes")
+    _add_config(m)
+    m.add_argument("--num-gpus", type=int, default=1, help="workers the batch is split over (default 1)")
+    m.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl")
     r.add_argument("run_dir")
-    r.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    r.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
@@ -69,6 +74,18 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_max_batch(args: argparse.Namespace) -> int:
+    from tune_batch.config import load_config
+    from tune_batch.max_batch import max_batch, render
+
+    cfg = load_config(args.config, args.overrides)
+    if args.num_gpus < 1 or args.num_gpus > 1:
+        raise UserError(f"--num-gpus {args.num_gpus}: this version probes one worker; allowed: 1")
+    result = max_batch(cfg, args.num_gpus)
+    print(render(result, args.num_gpus))
+    return 0 if result.batch_size is not None else 1
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from tune_batch.report import build_report, render_summary, write_files
     from tune_batch.results import RunDir
@@ -90,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
-    commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report}
+    commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report, "max-batch": _cmd_max_batch}
     try:
         return commands[args.command](args)
     except UserError as e:

@@ -195,6 +195,9 @@ class ResourcesConfig(_Section):
     """CPUs a one-worker trial asks Ray for; auto: all of a node's CPUs when there is no GPU."""
     memory_margin: float = Field(0.1, ge=0.0, lt=1.0)
     """Safety margin under the cap used when predicting whether a batch fits."""
+    feasibility_model: bool = True
+    """Skip, without running, configs that cannot fit: at or above a per-worker batch that ran
+    out of memory, or predicted over the cap by a memory fit of finished trials."""
 
     @field_validator("device_memory")
     @classmethod

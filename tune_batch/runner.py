@@ -15,6 +15,7 @@ from typing import Any
 
 from tune_batch.config import Config
 from tune_batch.errors import ConfigError, UserError
+from tune_batch.oom import FeasibilityModel
 from tune_batch.progress import Progress
 from tune_batch.report import Report, build_report, latest_per_trial, render_summary, write_files
 from tune_batch.results import RunDir
@@ -77,6 +78,19 @@ def check_study(storage: Any, study_name: str, config: Config) -> None:
         storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
 
 
+def feasibility_model(config: Config, records: list[dict[str, Any]]) -> FeasibilityModel | None:
+    """The memory feasibility model of a search, taught by the records already in the run
+    directory (so a continued search remembers its boundary); None when switched off."""
+    if not config.resources.feasibility_model:
+        return None
+    from tune_batch.oom import cap_bytes
+
+    model = FeasibilityModel(cap_bytes(config.resources.device_memory, None), config.resources.memory_margin)
+    for rec in records:
+        model.observe(rec)
+    return model
+
+
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
            storage_url: str | None = None, study_name: str | None = None, force: bool = False,
            quiet: bool = False, verbose: bool = False) -> SearchResult:
@@ -109,7 +123,8 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
         from tune_batch.backends import ray as ray_backend
 
         ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
-                               address=address or config.search.address, verbose=verbose)
+                               address=address or config.search.address, verbose=verbose,
+                               feasibility=feasibility_model(config, done))
     records, warnings = run_dir.records()
     report = build_report(config, records, warnings)
     write_files(report, run_dir.path)

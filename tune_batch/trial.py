@@ -160,7 +160,7 @@ class _Stepper:
 
 def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.device, threads: int,
                        deadline: float, extra: dict[str, Any] | None, trace_dir: Path | None,
-                       info: dict[str, Any]) -> dict[str, float]:
+                       info: dict[str, Any], validate: bool = True) -> dict[str, float]:
     seed = config.search.seed
     torch.manual_seed(seed)
     batch = params["batch_size"]  # one worker: the global batch is the worker's batch
@@ -188,6 +188,8 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
 
     cap = cap_bytes(config.resources.device_memory,
                     torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None)
+    if cap is not None:
+        info["memory_cap_bytes"] = cap
     if config.resources.device_memory is not None and cap is None:
         info["memory_cap"] = "a fractional cap needs a device with known total memory: not enforced on CPU"
     if device.type == "cuda":
@@ -247,7 +249,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         else:
             peak = mem.peak_bytes
         _check_bn(model)
-        val_acc = _evaluate(model, ds.val, device, batch)
+        val_acc = _evaluate(model, ds.val, device, batch) if validate else float("nan")
 
     window_s = t1 - t0
     timed_samples = timed_steps * batch
@@ -261,7 +263,6 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
                 final_loss=stepper.last_loss)
     metrics = {
         "samples_per_s": timed_samples / window_s,
-        "val_acc": val_acc,
         "peak_mem_bytes": float(peak),
         "data_wait_frac": min(1.0, wait_s / window_s),
         "timed_s": window_s,
@@ -269,6 +270,8 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     }
     if util is not None:
         metrics["device_util"] = float(util)
+    if validate:
+        metrics["val_acc"] = val_acc
     return metrics
 
 
@@ -307,11 +310,14 @@ def _profile(stepper: _Stepper, config: Config, trace_dir: Path) -> float:
 
 def run_trial(config: Config, params: dict[str, Any], *, trial_id: int | str | None = None,
               extra: dict[str, Any] | None = None, threads: int | None = None,
-              run_dir: str | Path | None = None) -> TrialResult:
+              run_dir: str | Path | None = None, skip_reason: str | None = None,
+              validate: bool = True) -> TrialResult:
     """Run one measured trial of ``params`` (batch_size, lr, num_gpus) under ``config``.
 
     ``threads``: torch intra-op threads for this trial (restored afterwards). ``run_dir``:
-    where profiler traces go (``traces/<trial_id>``). Never raises for trial faults.
+    where profiler traces go (``traces/<trial_id>``). ``skip_reason``: the feasibility model's
+    verdict; the trial is recorded as ``skipped`` without training. ``validate=False`` leaves
+    out the validation pass (memory probes). Never raises for trial faults.
     """
     start = time.perf_counter()
     params = normalize_params(params)
@@ -322,9 +328,9 @@ def run_trial(config: Config, params: dict[str, Any], *, trial_id: int | str | N
         return TrialResult(trial_id, params, status, reason, metrics or {}, time.perf_counter() - start, info, tb)
 
     bad = space_mod.violation(params, config.space)
-    if bad:
+    if bad or skip_reason:
         info["train_s"] = 0.0
-        return result("skipped", f"space: {bad}")
+        return result("skipped", f"space: {bad}" if bad else skip_reason)
     if params["num_gpus"] > 1:
         return result("failed", "num_gpus > 1 needs the data-parallel trial runner, which this version lacks")
 
@@ -337,7 +343,7 @@ def run_trial(config: Config, params: dict[str, Any], *, trial_id: int | str | N
         trace_dir = Path(run_dir) / "traces" / str(trial_id) if run_dir is not None else None
         metrics = _train_and_measure(config, params, device=device, threads=torch.get_num_threads(),
                                      deadline=start + config.budget.trial_timeout_s, extra=extra,
-                                     trace_dir=trace_dir, info=info)
+                                     trace_dir=trace_dir, info=info, validate=validate)
         metrics["duration_s"] = time.perf_counter() - start
         return result("ok", None, metrics)
     except (TrialTimeout, NonFiniteError) as e:

@@ -25,6 +25,7 @@ from ray.tune.search.optuna import OptunaSearch
 from tune_batch import objectives
 from tune_batch.config import Config, config_from_dict
 from tune_batch.errors import UserError
+from tune_batch.oom import FeasibilityModel
 from tune_batch.progress import Progress
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
@@ -44,6 +45,18 @@ class ConstrainedOptunaSearch(OptunaSearch):
     pinned Ray minor version; tests exercise it.
     """
 
+    def __init__(self, *args: Any, feasibility: FeasibilityModel | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.feasibility = feasibility
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        params = super().suggest(trial_id)
+        if params is not None and self.feasibility is not None:
+            reason = self.feasibility.skip_reason(params)
+            if reason:
+                params["skip_reason"] = reason
+        return params
+
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         import optuna
 
@@ -53,6 +66,8 @@ class ConstrainedOptunaSearch(OptunaSearch):
             super().on_trial_complete(trial_id, result, error)
             return
         record = json.loads(result["tb_record"])  # type: ignore[index]
+        if self.feasibility is not None:
+            self.feasibility.observe(record)
         for key in objectives.CONSTRAINT_KEYS:
             ot_trial.set_constraint(key, float(result[f"constraint_{key}"]))  # type: ignore[index]
         ot_trial.set_user_attr("status", status)
@@ -75,8 +90,10 @@ def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_di
     config = config_from_dict(config_dict)
     params = dict(params)
     trial_number = params.pop("trial_number", None)
+    skip_reason = params.pop("skip_reason", None)
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    result = run_trial(config, params, trial_id=trial_number, threads=int(cpus) if cpus else None, run_dir=run_dir)
+    result = run_trial(config, params, trial_id=trial_number, threads=int(cpus) if cpus else None, run_dir=run_dir,
+                       skip_reason=skip_reason)
     record = result.to_record()
     report: dict[str, Any] = dict(zip(config.metric_names, objectives.values(config, record)))
     report.update({f"constraint_{k}": v for k, v in objectives.constraints(record).items()})
@@ -117,7 +134,7 @@ class _Records(tune.Callback):
 
 
 def _failed_record(trial: Any, reason: str) -> dict[str, Any]:
-    params = {k: v for k, v in dict(trial.config).items() if k != "trial_number"}
+    params = {k: v for k, v in dict(trial.config).items() if k not in ("trial_number", "skip_reason")}
     return {"trial_id": trial.config.get("trial_number"), "params": params, "status": "failed", "reason": reason,
             "metrics": {}, "duration_s": 0.0, "info": {}, "traceback": None, "ray_trial_id": trial.trial_id}
 
@@ -220,7 +237,7 @@ def _node_cpus() -> float:
 
 
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
-               address: str | None = None, verbose: bool = False) -> None:
+               address: str | None = None, verbose: bool = False, feasibility: FeasibilityModel | None = None) -> None:
     """Run (or continue) the search of ``config`` on Ray Tune; records go to ``run_dir``."""
     if not verbose:
         for name in ("ray", "ray.tune", "ray.train"):
@@ -241,7 +258,7 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
             metric=config.metric_names,
             mode=["max" if d == "maximize" else "min" for d in config.directions],
             sampler=make_sampler(config.search.sampler, config.search.seed, config.budget.trials),
-            storage=storage, study_name=study_name,
+            storage=storage, study_name=study_name, feasibility=feasibility,
         )
         trainable = tune.with_resources(
             tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve())),

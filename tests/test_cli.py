@@ -1,0 +1,89 @@
+"""The command line as a user meets it: exit codes, one-line errors, nothing written on mistakes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tune_batch.cli import main
+
+QUICK = str(REPO / "configs/quickstart.yaml")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "budget.trials=3")
+    assert code == 0 and "valid" in out and "3 trials" in out
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["validate", QUICK, "--set", "space.lr.low=-1"], ["space.lr.low = -1"]),
+    (["validate", QUICK, "--set", "budget.trails=3"], ["did you mean 'trials'"]),
+    (["validate", "missing.yaml"], ["does not exist"]),
+    (["search", QUICK, "--set", "model.name=resnet81"], ["model.name = 'resnet81'", "did you mean 'resnet18'"]),
+    (["search", QUICK, "--set", "model.name=nosuch.mod:fn"], ["does not import"]),
+    (["search", QUICK, "--set", "data.name=cifar10", "--set", "data.root=/nonexistent"], ["lacks data_batch_1"]),
+    (["search", QUICK, "--set", "search.backend=optuna"], ["search.backend"]),
+])
+def test_user_mistakes_are_one_line_exit_2_nothing_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                           argv: list[str], words: list[str]) -> None:
+    out_dir = tmp_path / "out"
+    if argv[0] == "search":
+        argv = [*argv, "--output", str(out_dir)]
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tune-batch: error: ")
+    for w in words:
+        assert w in lines[0]
+    assert "Traceback" not in err
+    assert not out_dir.exists()
+
+
+def test_unwritable_output_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = _run(capsys, "search", QUICK, "--output", str(blocker / "run"))
+    assert code == 2 and "is a file, not a directory" in err
+
+
+def test_unknown_flag_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["search", QUICK, "--frobnicate"])
+    assert info.value.code == 2
+    assert "unrecognized arguments: --frobnicate" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "--debug", "validate", QUICK, "--set", "space.lr.low=-1")
+    assert code == 2 and "Traceback" in err
+
+
+def test_report_needs_a_run_dir(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = _run(capsys, "report", str(tmp_path))
+    assert code == 2 and "no config.yaml" in err
+
+
+def test_python_dash_m_entry_point(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "tune_batch", "validate", QUICK], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0 and "valid" in p.stdout
+
+
+def test_validate_does_not_import_torch_or_ray() -> None:
+    code = ("import sys; from tune_batch.cli import main; main(['validate', %r]); "
+            "print('torch' in sys.modules, 'ray' in sys.modules)" % QUICK)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert p.stdout.strip().splitlines()[-1] == "False False"

@@ -1,0 +1,96 @@
+"""Peak memory measured for real, the feasibility model, and max-batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import tiny_config
+from tune_batch.errors import UserError
+from tune_batch.max_batch import Probe, candidates, find_max_batch, max_batch
+from tune_batch.measure.cpu import PeakRss
+from tune_batch.oom import FeasibilityModel, fit_memory
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize("size_mib", [64, 256])
+def test_peak_rss_sees_a_known_allocation_within_10_percent(size_mib: int) -> None:
+    with PeakRss() as mem:
+        t = torch.ones(size_mib * MiB, dtype=torch.uint8)  # touched pages, not just reserved
+        del t
+    assert mem.peak_bytes == pytest.approx(size_mib * MiB, rel=0.10)
+
+
+def test_peak_rss_flags_the_cap() -> None:
+    with PeakRss(cap_bytes=32 * MiB) as mem:
+        t = torch.ones(64 * MiB, dtype=torch.uint8)
+        mem.poll()
+        del t
+    assert mem.exceeded.is_set()
+
+
+def _rec(i: int, b: int, status: str, peak: float | None = None, n: int = 1) -> dict:
+    return {"trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": n}, "status": status,
+            "metrics": {"peak_mem_bytes": peak} if peak is not None else {}, "info": {}}
+
+
+def test_boundary_skips_batches_at_or_above_an_oom() -> None:
+    m = FeasibilityModel()
+    m.observe(_rec(4, 128, "oom"))
+    assert m.skip_reason({"batch_size": 64, "num_gpus": 1}) is None
+    reason = m.skip_reason({"batch_size": 256, "num_gpus": 1})
+    assert reason is not None and "ran out of memory in trial 4" in reason
+    assert m.skip_reason({"batch_size": 128, "num_gpus": 1}) is not None
+    # per worker: 128 over 2 workers is 64 per worker, which has not failed on 2 workers
+    assert m.skip_reason({"batch_size": 128, "num_gpus": 2}) is None
+
+
+def test_memory_fit_predicts_and_skips_over_the_cap_with_margin() -> None:
+    m = FeasibilityModel(cap_bytes=100 * MiB, margin=0.1)
+    m.observe(_rec(0, 16, "ok", 10 * MiB + 16 * MiB / 4))
+    assert m.skip_reason({"batch_size": 512, "num_gpus": 1}) is None  # one point: no fit yet
+    m.observe(_rec(1, 64, "ok", 10 * MiB + 64 * MiB / 4))
+    fit = m.fit(1)
+    assert fit is not None and fit.predict(256) == pytest.approx(74 * MiB)
+    assert m.skip_reason({"batch_size": 256, "num_gpus": 1}) is None  # 74 MiB < 90 MiB
+    reason = m.skip_reason({"batch_size": 512, "num_gpus": 1})  # 138 MiB > 90 MiB
+    assert reason is not None and "predicted peak 138.0 MiB > cap 100.0 MiB less margin 10%" in reason
+
+
+def test_fit_needs_two_batch_sizes() -> None:
+    assert fit_memory([(16, 1.0), (16, 2.0)]) is None
+    assert fit_memory([(16, 1.0), (32, 3.0)]).slope_bytes == pytest.approx(2 / 16)
+
+
+def test_find_max_batch_uses_few_probes_on_a_linear_memory() -> None:
+    seen = []
+
+    def probe(b: int) -> Probe:
+        seen.append(b)
+        peak = 20 * MiB + b * 0.5 * MiB
+        return Probe(b, "ok" if peak <= 200 * MiB else "oom", peak, 0.1)
+
+    res = find_max_batch(candidates(16, 4096), 200 * MiB, 0.1, probe)
+    # limit 180 MiB -> b <= 320 -> the largest power of two is 256
+    assert res.batch_size == 256
+    assert len(res.probes) <= 4 and seen[:2] == [16, 32]
+
+
+def test_find_max_batch_when_nothing_fits() -> None:
+    res = find_max_batch([16, 32], 10 * MiB, 0.1, lambda b: Probe(b, "oom", None, 0.1, "out of memory"))
+    assert res.batch_size is None and "does not fit even at batch_size 16" in res.message
+
+
+def test_max_batch_for_real_on_cpu_under_a_cap() -> None:
+    cfg = tiny_config(resources={"device_memory": "40MiB"})
+    res = max_batch(cfg)
+    assert res.batch_size is not None and res.batch_size >= 16
+    assert all(p.peak_mem_bytes is None or p.status != "ok" or p.peak_mem_bytes > 0 for p in res.probes)
+    fitting = [p for p in res.probes if p.batch_size == res.batch_size]
+    assert fitting and fitting[0].peak_mem_bytes <= 40 * MiB * 0.9
+
+
+def test_max_batch_on_cpu_needs_a_size_cap() -> None:
+    with pytest.raises(UserError, match="needs resources.device_memory as a size"):
+        max_batch(tiny_config())

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_config
+from tune_batch.errors import RunDirError
+from tune_batch.report import build_report, write_files
+from tune_batch.results import RunDir, load_records
+
+
+def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5) -> dict:
+    return {"trial_id": i, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
+            "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc} if status == "ok" else {},
+            "duration_s": 1.0, "info": {}}
+
+
+def test_append_is_durable_and_a_cut_line_is_reported(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "r")
+    run.prepare(tiny_config())
+    run.append(_rec(0))
+    run.append(_rec(1))
+    with run.trials_path.open("a") as f:
+        f.write('{"trial_id": 2, "params": {"batch')  # power cut mid-line
+    recs, warnings = load_records(run.trials_path)
+    assert [r["trial_id"] for r in recs] == [0, 1]
+    assert len(warnings) == 1 and "line 3 is broken" in warnings[0]
+
+
+def test_a_different_config_is_refused_naming_the_keys(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "r")
+    assert run.prepare(tiny_config()) is False
+    assert run.prepare(tiny_config(budget={"trials": 9})) is True  # more trials: a continuation
+    with pytest.raises(RunDirError, match="space.lr.high"):
+        run.prepare(tiny_config(space={"lr": {"low": 0.01, "high": 0.5}}))
+    assert run.prepare(tiny_config(space={"lr": {"low": 0.01, "high": 0.5}}), force=True) is True
+
+
+def test_a_foreign_non_empty_directory_is_refused(tmp_path: Path) -> None:
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "thesis.tex").write_text("precious")
+    with pytest.raises(RunDirError, match="not a tune_batch run directory"):
+        RunDir(d).prepare(tiny_config())
+    assert (d / "thesis.tex").read_text() == "precious"
+
+
+def test_report_files_from_records(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    recs = [_rec(0, sps=10, acc=0.9), _rec(1, sps=20, acc=0.5), _rec(2, sps=5, acc=0.4), _rec(3, "oom")]
+    report = build_report(cfg, recs)
+    assert {r["trial_id"] for r in report.front} == {0, 1}
+    write_files(report, tmp_path)
+    pareto = json.loads((tmp_path / "pareto.json").read_text())
+    assert {t["trial_id"] for t in pareto["trials"]} == {0, 1}
+    assert pareto["recommended_trial_id"] in {0, 1}
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert len(rows) == 5 and rows[0].startswith("trial_id,status,reason,batch_size,lr,num_gpus")
