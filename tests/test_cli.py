@@ -33,7 +33,7 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     (["search", QUICK, "--set", "model.name=resnet81"], ["model.name = 'resnet81'", "did you mean 'resnet18'"]),
     (["search", QUICK, "--set", "model.name=nosuch.mod:fn"], ["does not import"]),
     (["search", QUICK, "--set", "data.name=cifar10", "--set", "data.root=/nonexistent"], ["lacks data_batch_1"]),
-    (["search", QUICK, "--set", "search.backend=optuna"], ["search.backend"]),
+    (["search", QUICK, "--set", "search.backend=optuna", "--address", "auto"], ["needs search.backend = 'ray'"]),
 ])
 def test_user_mistakes_are_one_line_exit_2_nothing_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                            argv: list[str], words: list[str]) -> None:

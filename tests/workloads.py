@@ -44,3 +44,12 @@ def not_a_model(num_classes: int = 10) -> str:
 
 
 NOT_CALLABLE = 42
+
+
+def tiny_with_dropout(num_classes: int = 10, width: int = 8, dropout: float = 0.0) -> nn.Module:
+    """small_cnn with a dropout before the head: a user hyperparameter for extra_space tests."""
+    net = small_cnn(num_classes, width=width)
+    head = net[-1]
+    net[-1] = nn.Sequential(nn.Dropout(dropout), head)
+    net.dropout_p = dropout  # visible to tests
+    return net

@@ -4,7 +4,8 @@ found with the memory model in few probes.
 A probe is a short real training run (one warm-up step and two measured steps, no
 validation) whose peak memory is measured. Two probes at the smallest batch sizes give a line
 ``peak = a + b x batch``; the largest candidate predicted to fit is probed next, and every
-probe refines the line, until the predicted answer has been probed and fits.
+probe refines the line, until the predicted answer has been probed and fits (the next size up
+is probed too when it is predicted only slightly over the limit).
 """
 
 from __future__ import annotations
@@ -103,7 +104,12 @@ def find_max_batch(cands: list[int], cap: int, margin: float, probe: ProbeFn) ->
         best_known = max(fits)
         target = max(predicted) if predicted else best_known
         if target <= best_known:
-            # the next candidate up is predicted not to fit (or already failed): done
+            # measured peaks are noisy at small batches: a next size predicted only slightly
+            # over the limit is probed once before it is ruled out
+            up = [c for c in allowed if c > best_known]
+            if up and fit is not None and fit.predict(up[0]) <= limit * 1.5:
+                if run(up[0]):
+                    continue
             return result(best_known, "largest batch size predicted and measured to fit")
         run(target)
 

@@ -62,18 +62,13 @@ def check_study(storage: Any, study_name: str, config: Config) -> None:
     ignore them), and mark trials a dead process left RUNNING as FAIL so they are run again."""
     import optuna
 
+    from tune_batch.backends.optuna import check_directions
+
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         return
-    want = [optuna.study.StudyDirection.MAXIMIZE if d == "maximize" else optuna.study.StudyDirection.MINIMIZE
-            for d in config.directions]
-    if list(study.directions) != want:
-        have = [d.name.lower() for d in study.directions]
-        raise UserError(
-            f"study {study_name!r} has directions {have}, but the objectives ({', '.join(config.metric_names)}) "
-            f"need {list(config.directions)}; use another --study-name"
-        )
+    check_directions(study, config)
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
 
@@ -101,8 +96,8 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
     """
     run_dir = RunDir(output or default_output(config))
     RunDir.check_writable(run_dir.path)
-    if config.search.backend != "ray":
-        raise ConfigError(f"search.backend = {config.search.backend!r}: only 'ray' is available in this version")
+    if config.search.backend == "optuna" and (address or config.search.address):
+        raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
     progress_out = Progress(config, config.budget.trials, quiet=quiet)
     progress_out.say(f"workload: {preflight(config)}")
     resumed = run_dir.prepare(config, force=force)
@@ -120,11 +115,17 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
         check_study(storage, name, config)
         budget = config.budget.model_copy(update={"trials": remaining})
         run_config = config.model_copy(update={"budget": budget})
-        from tune_batch.backends import ray as ray_backend
+        feasibility = feasibility_model(config, done)
+        if config.search.backend == "optuna":
+            from tune_batch.backends import optuna as optuna_backend
 
-        ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
-                               address=address or config.search.address, verbose=verbose,
-                               feasibility=feasibility_model(config, done))
+            optuna_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
+                                      feasibility=feasibility, verbose=verbose)
+        else:
+            from tune_batch.backends import ray as ray_backend
+
+            ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
+                                   address=address or config.search.address, verbose=verbose, feasibility=feasibility)
     records, warnings = run_dir.records()
     report = build_report(config, records, warnings)
     write_files(report, run_dir.path)

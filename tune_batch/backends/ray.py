@@ -13,6 +13,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from functools import partial
 from pathlib import Path
@@ -266,7 +267,9 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         )
         storage_path = str((run_dir.path / "ray").resolve())
         callbacks = [_Records(run_dir, progress)]
-        run_config = tune.RunConfig(name=EXPERIMENT, storage_path=storage_path, verbose=2 if verbose else 0,
+        # a fresh experiment per invocation: a continued search joins the same Optuna study
+        name = f"{EXPERIMENT}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_config = tune.RunConfig(name=name, storage_path=storage_path, verbose=2 if verbose else 0,
                                     callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0))
         tune_config = tune.TuneConfig(search_alg=searcher, num_samples=config.budget.trials,
                                       max_concurrent_trials=concurrent, reuse_actors=True)

@@ -1,0 +1,126 @@
+"""tune_batch inside a user's own Optuna study, the in-process optuna backend, and resuming."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+import tune_batch
+from tests.conftest import REPO, tiny_config
+from tune_batch.errors import UserError
+from tune_batch.optuna import Objective, suggest
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_objective_in_a_users_sqlite_study_with_extra_hyperparameter(tmp_path: Path) -> None:
+    # README example: the user's study, sampler and storage; tune_batch measures
+    cfg = tiny_config(model={"name": "tests.workloads:tiny_with_dropout", "kwargs": {"width": 8}},
+                      budget={"train_samples": 512})
+    storage = f"sqlite:///{tmp_path / 'mine.db'}"
+    study = optuna.create_study(study_name="mine", storage=storage, directions=cfg.directions,
+                                sampler=optuna.samplers.RandomSampler(seed=1))
+    study.enqueue_trial({"batch_size": 32, "lr": 0.02, "num_gpus": 1, "dropout": 0.25})
+
+    def extra_space(trial: optuna.Trial) -> dict:
+        return {"dropout": trial.suggest_float("dropout", 0.0, 0.5)}
+
+    study.optimize(Objective(cfg, extra_space=extra_space), n_trials=4)
+
+    stored = optuna.load_study(study_name="mine", storage=storage).get_trials()
+    assert len(stored) == 4
+    first = stored[0]
+    assert first.params == {"batch_size": 32, "lr": 0.02, "num_gpus": 1, "dropout": 0.25}  # enqueued ran first
+    for t in stored:
+        assert t.user_attrs["status"] in ("ok", "skipped", "oom", "failed")
+        assert set(t.constraints) == {"memory", "space"}
+        assert "dropout" in t.params
+        if t.user_attrs["status"] == "ok":
+            m = t.user_attrs["metrics"]
+            assert set(m) >= {"samples_per_s", "device_util", "val_acc", "peak_mem_bytes"}
+            assert t.values == [m["samples_per_s"], m["device_util"], m["val_acc"]]
+            assert t.constraints == {"memory": 0.0, "space": 0.0}
+
+
+def test_a_study_with_other_directions_is_refused(tmp_path: Path) -> None:
+    cfg = tiny_config()
+    study = optuna.create_study(directions=["minimize", "maximize", "maximize"])
+    with pytest.raises(UserError, match="has directions \\['minimize', 'maximize', 'maximize'\\]"):
+        study.optimize(Objective(cfg), n_trials=1, catch=())
+
+
+def test_suggest_on_a_users_trial() -> None:
+    cfg = tiny_config(space={"num_gpus": [1, 2]})
+    study = optuna.create_study(directions=["maximize"])
+    trial = study.ask()
+    p = suggest(trial, cfg.space)
+    assert p["batch_size"] in (16, 32, 64) and p["num_gpus"] in (1, 2) and 0.01 <= p["lr"] <= 0.1
+
+
+def test_optuna_backend_search_and_the_optuna_cli(tmp_path: Path) -> None:
+    cfg = tiny_config(search={"backend": "optuna", "seed": 2}, budget={"trials": 3, "train_samples": 512})
+    out = tmp_path / "run"
+    res = tune_batch.search(cfg, out, quiet=True)
+    recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    assert len(recs) == 3 and [r["trial_id"] for r in recs] == [0, 1, 2]
+    assert res.front and (out / "pareto.json").exists() and (out / "results.csv").exists()
+    assert "ray" not in {p.name for p in out.iterdir()}
+    p = subprocess.run(["optuna", "trials", "--storage", f"sqlite:///{out / 'study.db'}", "--study-name", "t", "-f", "json"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert len(rows) == 3 and all(r["state"] == "COMPLETE" for r in rows)
+
+
+def test_run_trial_api(tiny) -> None:
+    res = tune_batch.run_trial(tiny, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "ok" and res.metrics["val_acc"] > 0.2
+
+
+def _write_cfg(tmp_path: Path, backend: str, trials: int) -> Path:
+    cfg = tiny_config(search={"backend": backend, "seed": 0}, budget={"trials": trials, "train_samples": 512})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["optuna", pytest.param("ray", marks=pytest.mark.ray)])
+def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path, backend: str) -> None:
+    trials = 5
+    cfg_path = _write_cfg(tmp_path, backend, trials)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tune_batch", "search", str(cfg_path), "--output", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    jsonl = out / "trials.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if jsonl.exists() and len(jsonl.read_text().splitlines()) >= 2:
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"search ended before it could be killed: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    assert 2 <= len(before) < trials
+
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    after = [json.loads(x) for x in jsonl.read_text().splitlines()]
+    ids = [r["trial_id"] for r in after]
+    assert len(after) == trials and len(set(ids)) == trials  # exactly budget.trials, no duplicate
+    assert after[: len(before)] == before  # no finished trial lost or rewritten
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 'study.db'}")
+    states = [t.state for t in study.get_trials()]
+    assert optuna.trial.TrialState.RUNNING not in states
