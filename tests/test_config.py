@@ -42,7 +42,7 @@ BAD = [
     ({"modle": {}}, ["modle", "did you mean 'model'"]),
     ({"space": {"lr": {"low": 0}}}, ["space.lr.low", "0", "greater than 0"]),
     ({"space": {"lr": {"low": -1e-3}}}, ["space.lr.low", "greater than 0"]),
-    ({"space": {"lr": {"low": 0.1, "high": 0.01}}}, ["space.lr", "low = 0.1 >= high = 0.01"]),
+    ({"space": {"lr": {"low": 0.1, "high": 0.01}}}, ["space.lr", "low = 0.1 > high = 0.01"]),
     ({"space": {"batch_size": {"min": 24, "max": 64}}}, ["space.batch_size", "min = 24", "power of two"]),
     ({"space": {"batch_size": {"min": 128, "max": 16}}}, ["space.batch_size", "min = 128 > max = 16"]),
     ({"space": {"batch_size": []}}, ["space.batch_size", "empty"]),

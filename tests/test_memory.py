@@ -14,6 +14,29 @@ from tune_batch.oom import FeasibilityModel, fit_memory
 MiB = 2**20
 
 
+@pytest.mark.parametrize("size_mib", [1, 64, 256])
+def test_step_profiler_sees_a_known_allocation_within_10_percent(size_mib: int) -> None:
+    from tune_batch.measure.memory import step_peak_bytes
+
+    def step() -> None:
+        a = torch.ones(size_mib * MiB // 4)  # float32
+        b = a * 2  # a second buffer of the same size, alive with the first: peak = 2 x size
+        del a, b
+
+    assert step_peak_bytes(step) == pytest.approx(2 * size_mib * MiB, rel=0.10)
+
+
+def test_trial_peak_memory_grows_linearly_with_the_batch() -> None:
+    from tune_batch.trial import run_trial
+
+    cfg = tiny_config()
+    peaks = {b: run_trial(cfg, {"batch_size": b, "lr": 0.05, "num_gpus": 1}, validate=False).metrics["peak_mem_bytes"]
+             for b in (16, 32, 64)}
+    fit = fit_memory([(16, peaks[16]), (64, peaks[64])])
+    assert fit is not None and fit.slope_bytes > 0
+    assert fit.predict(32) == pytest.approx(peaks[32], rel=0.10)  # inside the fitted range: within 10 %
+
+
 @pytest.mark.parametrize("size_mib", [64, 256])
 def test_peak_rss_sees_a_known_allocation_within_10_percent(size_mib: int) -> None:
     with PeakRss() as mem:

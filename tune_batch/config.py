@@ -94,8 +94,8 @@ class LrRange(_Section):
     def _order(self) -> LrRange:
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
             raise ValueError("low and high must be finite numbers")
-        if self.low >= self.high:
-            raise ValueError(f"low = {self.low} >= high = {self.high}: need low < high")
+        if self.low > self.high:
+            raise ValueError(f"low = {self.low} > high = {self.high}: need low < high (or low = high for one fixed lr)")
         return self
 
 

@@ -26,6 +26,7 @@ from tune_batch import space as space_mod
 from tune_batch.config import Config
 from tune_batch.errors import DeviceMonitorError
 from tune_batch.measure.cpu import CpuUtilWindow, PeakRss
+from tune_batch.measure.memory import step_peak_bytes
 from tune_batch.oom import MemoryCapExceeded, cap_bytes, is_oom_error
 from tune_batch.workload import build_datasets, build_model
 
@@ -212,8 +213,16 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
                               weight_decay=config.optimizer.weight_decay)
         stepper = _Stepper(model, opt, _cycle(loader), device, deadline, mem)
 
-        for _ in range(warmup):
-            stepper.step()
+        step_peak: int | None = None
+        for i in range(warmup):
+            if device.type == "cpu" and i == warmup - 1:
+                # the last warm-up step runs under the memory profiler: tensor-level peak bytes
+                step_peak = step_peak_bytes(stepper.step)
+                info["peak_mem_method"] = "torch memory profiler, last warm-up step (tensor bytes)"
+                if cap is not None and step_peak > cap:
+                    raise MemoryCapExceeded(step_peak, cap)
+            else:
+                stepper.step()
         if warmup:
             stepper.check_loss()
 
@@ -246,8 +255,12 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
 
         if device.type == "cuda":
             peak = int(torch.cuda.max_memory_allocated(device))
-        else:
+            info["peak_mem_method"] = "torch.cuda.max_memory_allocated"
+        elif step_peak is not None:
+            peak = step_peak
+        else:  # no warm-up step to profile: the process's resident-memory high-water mark
             peak = mem.peak_bytes
+            info["peak_mem_method"] = f"RSS high-water mark above the pre-model baseline ({mem.method})"
         _check_bn(model)
         val_acc = _evaluate(model, ds.val, device, batch) if validate else float("nan")
 
