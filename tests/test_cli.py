@@ -82,8 +82,8 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
 
 
 def test_validate_does_not_import_torch_or_ray() -> None:
-    code = ("import sys; from tune_batch.cli import main; main(['validate', %r]); "
-            "print('torch' in sys.modules, 'ray' in sys.modules)" % QUICK)
+    code = (f"import sys; from tune_batch.cli import main; main(['validate', {QUICK!r}]); "
+            "print('torch' in sys.modules, 'ray' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert p.stdout.strip().splitlines()[-1] == "False False"

@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--storage", help="Optuna storage URL to add the trials to (default: RUN_DIR/study.db)")
     s.add_argument("--study-name", help="Optuna study name (default: the config's name)")
     s.add_argument("--force", action="store_true", help="continue a run directory even though its config differs")
+    s.add_argument("--prefer", help="recommend the front point best in one objective (samples_per_s), or by weights "
+                                    "(samples_per_s=2,val_acc=1); default: the knee")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--quiet", "-q", action="store_true", help="print only errors and the final table")
     g.add_argument("--verbose", "-v", action="store_true", help="show Ray's own logs and tables")
@@ -50,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl")
     r.add_argument("run_dir")
+    r.add_argument("--prefer", help="as for search: an objective name or weights; default: the knee")
     r.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -66,11 +69,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
+    from tune_batch.report import parse_prefer
     from tune_batch.runner import search
 
     cfg = load_config(args.config, args.overrides)
+    prefer = parse_prefer(args.prefer, cfg.metric_names)
     search(cfg, args.output, address=args.address, storage_url=args.storage, study_name=args.study_name,
-           force=args.force, quiet=args.quiet, verbose=args.verbose)
+           force=args.force, quiet=args.quiet, verbose=args.verbose, prefer=prefer)
     return 0
 
 
@@ -87,7 +92,7 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tune_batch.report import build_report, render_summary, write_files
+    from tune_batch.report import build_report, parse_prefer, render_summary, write_files
     from tune_batch.results import RunDir
 
     run = RunDir(args.run_dir)
@@ -95,7 +100,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UserError(f"run_dir {args.run_dir!r}: no config.yaml there; give a directory written by 'tune-batch search'")
     cfg = run.load_config()
     records, warnings = run.records()
-    report = build_report(cfg, records, warnings)
+    report = build_report(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names))
     paths = write_files(report, run.path)
     print(render_summary(report))
     print("wrote " + ", ".join(str(p) for p in paths))

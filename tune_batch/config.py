@@ -10,7 +10,7 @@ import difflib
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -44,7 +44,7 @@ class DataConfig(_Section):
     """Where cifar10 / imagefolder files live (cifar10: the folder holding cifar-10-batches-py)."""
     download: bool = False
     """Download cifar10 when its files are missing (needs the network)."""
-    resize: Union[int, None] = Field(32, gt=0)
+    resize: int | None = Field(32, gt=0)
     """Square input side in pixels; null keeps the data set's own size."""
     val_samples: int = Field(500, gt=0)
     """Held-out samples used for val_acc."""
@@ -100,7 +100,7 @@ class LrRange(_Section):
 
 
 class SpaceConfig(_Section):
-    batch_size: Union[BatchRange, list[int]] = Field(default_factory=BatchRange)
+    batch_size: BatchRange | list[int] = Field(default_factory=BatchRange)
     """Powers of two in [min, max], or an explicit list of global batch sizes."""
     lr: LrRange = Field(default_factory=LrRange)
     num_gpus: list[int] = Field(default_factory=lambda: [1])
@@ -189,9 +189,9 @@ class BudgetConfig(_Section):
 
 
 class ResourcesConfig(_Section):
-    device_memory: Union[str, float, int, None] = None
+    device_memory: str | float | int | None = None
     """Memory cap per device: a size ("24GiB", "512MiB"), a fraction of the device (0.5), or null."""
-    cpus_per_trial: Union[Literal["auto"], int] = "auto"
+    cpus_per_trial: Literal["auto"] | int = "auto"
     """CPUs a one-worker trial asks Ray for; auto: all of a node's CPUs when there is no GPU."""
     memory_margin: float = Field(0.1, ge=0.0, lt=1.0)
     """Safety margin under the cap used when predicting whether a batch fits."""
@@ -218,7 +218,7 @@ class SearchConfig(_Section):
     backend: Literal["ray", "optuna"] = "ray"
     sampler: Literal["tpe", "nsga2", "gp", "random"] = "tpe"
     seed: int = 0
-    address: Union[str, None] = None
+    address: str | None = None
     """null: start a local Ray instance; 'auto' or 'ray://host:port': use an existing cluster."""
 
 

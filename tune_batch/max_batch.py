@@ -10,8 +10,8 @@ is probed too when it is predicted only slightly over the limit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tune_batch.config import Config
 from tune_batch.errors import UserError

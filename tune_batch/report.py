@@ -257,7 +257,7 @@ def render_summary(report: Report) -> str:
     lines += [f"warning: {w}" for w in report.warnings]
     if report.front:
         objs = ", ".join(f"{o.direction} {o.metric}" for o in report.config.objectives)
-        lines.append(f"Pareto front ({objs}); * = recommended (knee)")
+        lines.append(f"Pareto front ({objs}); * = recommended ({report.method.split(':')[0]})")
         lines.append(render_table(report))
         rec = report.recommended
         if rec is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_batch.config import Config
-from tune_batch.errors import ConfigError, UserError
+from tune_batch.errors import ConfigError
 from tune_batch.oom import FeasibilityModel
 from tune_batch.progress import Progress
 from tune_batch.report import Report, build_report, latest_per_trial, render_summary, write_files
@@ -88,7 +88,7 @@ def feasibility_model(config: Config, records: list[dict[str, Any]]) -> Feasibil
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
            storage_url: str | None = None, study_name: str | None = None, force: bool = False,
-           quiet: bool = False, verbose: bool = False) -> SearchResult:
+           quiet: bool = False, verbose: bool = False, prefer: str | dict[str, float] | None = None) -> SearchResult:
     """Run the search of ``config`` (or continue it) and write its reports.
 
     Raises UserError (ConfigError, WorkloadError, RunDirError) for user mistakes, before
@@ -127,9 +127,9 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
             ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
                                    address=address or config.search.address, verbose=verbose, feasibility=feasibility)
     records, warnings = run_dir.records()
-    report = build_report(config, records, warnings)
+    report = build_report(config, records, warnings, prefer=prefer)
     write_files(report, run_dir.path)
     if not quiet:
         print(render_summary(report), flush=True)
-        print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, study.db)", flush=True)
+        print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)", flush=True)
     return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

@@ -14,9 +14,10 @@ import os
 import socket
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn

@@ -8,7 +8,8 @@ trial's user attributes.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import optuna
 

@@ -15,9 +15,9 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import ray
 from ray import tune
@@ -144,7 +144,8 @@ def _reload_auth() -> None:
     """Make Ray re-read RAY_AUTH_MODE / RAY_AUTH_TOKEN: it caches them per process (pinned
     Ray internals; without this a second search in one process presents a stale token)."""
     try:
-        from ray._raylet import AuthenticationTokenLoader, Config as RayletConfig
+        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import Config as RayletConfig
 
         RayletConfig.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 # kineto (the profiler's C++ side) logs every start and stop to stderr; keep errors only
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")

@@ -6,7 +6,8 @@ Note: such an entry runs the user's own code, in every trial process.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tune_batch.errors import WorkloadError
 

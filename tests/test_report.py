@@ -1,0 +1,119 @@
+"""Reports: hypervolume against Optuna's, recommendation, best.yaml, report.html in a real browser."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from optuna._hypervolume import compute_hypervolume
+
+from tests.conftest import tiny_config
+from tune_batch.cli import main
+from tune_batch.config import load_config
+from tune_batch.errors import UserError
+from tune_batch.pareto import REFERENCE, hypervolume
+from tune_batch.report import build_report, parse_prefer, recommend, write_files
+from tune_batch.report_html import figure_data
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(2, 3).flatmap(lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=12)))
+def test_hypervolume_equals_optunas(points: list[list[float]]) -> None:
+    # ours maximises above (ref, ..); Optuna's minimises below its reference point: negate both
+    ours = hypervolume(points)
+    theirs = compute_hypervolume(-np.array(points), np.full(len(points[0]), -REFERENCE))
+    assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+
+
+def _rec(i: int, sps: float, acc: float, status: str = "ok", b: int = 16) -> dict:
+    return {"trial_id": i, "params": {"batch_size": b, "lr": 0.01 * (i + 1), "num_gpus": 1}, "status": status,
+            "reason": None if status == "ok" else "out of memory",
+            "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc, "peak_mem_bytes": 2**20 * b}
+            if status == "ok" else {}, "duration_s": 1.0, "info": {}}
+
+
+RECS = [_rec(0, 100, 0.95), _rec(1, 200, 0.90, b=64), _rec(2, 400, 0.50, b=256), _rec(3, 90, 0.80), _rec(4, 0, 0, "oom", 512)]
+
+
+def test_recommendation_knee_prefer_and_weights() -> None:
+    cfg = tiny_config()
+    report = build_report(cfg, RECS)
+    assert {r["trial_id"] for r in report.front} == {0, 1, 2}
+    assert report.recommended["trial_id"] == 1  # the balanced point
+    m, d = cfg.metric_names, cfg.directions
+    assert recommend(report.front, m, d, "samples_per_s")[0]["trial_id"] == 2
+    assert recommend(report.front, m, d, "val_acc")[0]["trial_id"] == 0
+    assert recommend(report.front, m, d, {"val_acc": 4, "samples_per_s": 1})[0]["trial_id"] == 0
+    t = report.tradeoffs[2]
+    assert t[0] == "2.00x samples/s (faster per epoch)" and t[1] == "-0.400 val_acc"
+    with pytest.raises(UserError, match="not an objective"):
+        parse_prefer("speed", m)
+    with pytest.raises(UserError, match="weights must be >= 0"):
+        parse_prefer("val_acc=-1", m)
+
+
+def test_best_yaml_is_a_valid_config_of_the_recommended_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = build_report(tiny_config(), RECS)
+    write_files(report, tmp_path)
+    best = load_config(tmp_path / "best.yaml")
+    assert best.space.batch_choices() == [64] and best.space.lr.low == best.space.lr.high == 0.02
+    assert best.space.num_gpus == [1] and best.budget.trials == 1
+    assert main(["validate", str(tmp_path / "best.yaml")]) == 0
+
+
+def test_report_rebuilds_the_same_pareto_from_trials_and_config_alone(tmp_path: Path) -> None:
+    from tune_batch.results import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.prepare(tiny_config())
+    for r in RECS:
+        run.append(r)
+    write_files(build_report(tiny_config(), RECS), run.path)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("trials.jsonl", "config.yaml"):
+        shutil.copy(run.path / name, copy / name)
+    assert main(["report", str(copy)]) == 0
+    assert json.loads((copy / "pareto.json").read_text()) == json.loads((run.path / "pareto.json").read_text())
+    for name in ("results.csv", "best.yaml", "report.html"):
+        assert (copy / name).exists()
+
+
+def test_figure_data_counts_the_points() -> None:
+    report = build_report(tiny_config(), RECS)
+    data = figure_data(report)
+    assert len(data["pairs"]) == 3 and len(data["ok"]) == 4
+    assert data["n_points"] == 5 + 3 * 4 + 3
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
+    report = build_report(tiny_config(), RECS)
+    write_files(report, tmp_path)
+    page = (tmp_path / "report.html").resolve()
+    html = page.read_text()
+    assert "<script src=" not in html  # self-contained: plotly.js is inline, nothing is fetched
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000"]
+    p = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    dom = p.stdout
+    expected = figure_data(report)["n_points"]
+    assert len(re.findall(r'<path class="point"', dom)) == expected
+    assert "main-svg" in dom and "parcoords" in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *flags, "--window-size=1400,1000", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
