@@ -53,3 +53,29 @@ def tiny_with_dropout(num_classes: int = 10, width: int = 8, dropout: float = 0.
     net[-1] = nn.Sequential(nn.Dropout(dropout), head)
     net.dropout_p = dropout  # visible to tests
     return net
+
+
+def one_matmul(num_classes: int = 10, in_features: int = 768, hidden: int = 4096) -> nn.Module:
+    """A model that is one large matmul (plus a tiny head), for the MFU check."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden, bias=False), nn.Linear(hidden, num_classes, bias=False))
+
+
+class _SlowData(torch.utils.data.Dataset):
+    def __init__(self, n: int, delay_s: float) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, 16, 16, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+        self.delay_s = delay_s
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        import time
+
+        time.sleep(self.delay_s)  # a slow decoder: the input pipeline, not the model, sets the pace
+        return self.x[i], self.y[i]
+
+
+def slow_data(n: int = 512, delay_s: float = 0.002):
+    return _SlowData(n, delay_s), _SlowData(64, 0.0)

@@ -50,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--num-gpus", type=int, default=1, help="workers the batch is split over (default 1)")
     m.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
+    pr = sub.add_parser("probe", help="one measured trial with the full measurement report and a profiler trace")
+    _add_config(pr)
+    pr.add_argument("--batch-size", type=int, required=True)
+    pr.add_argument("--lr", type=float, required=True)
+    pr.add_argument("--num-gpus", type=int, default=1)
+    pr.add_argument("--output", "-o", help="run directory for the record and the trace (default runs/<name>-probe-<timestamp>)")
+    pr.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
     r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl")
     r.add_argument("run_dir")
     r.add_argument("--prefer", help="as for search: an objective name or weights; default: the knee")
@@ -91,6 +99,58 @@ def _cmd_max_batch(args: argparse.Namespace) -> int:
     return 0 if result.batch_size is not None else 1
 
 
+def _cmd_probe(args: argparse.Namespace) -> int:
+    import time
+
+    from tune_batch.config import load_config
+    from tune_batch.results import RunDir
+    from tune_batch.runner import preflight
+    from tune_batch.trial import run_trial
+
+    cfg = load_config(args.config, args.overrides)
+    if args.batch_size < 1 or args.lr <= 0 or args.num_gpus < 1:
+        raise UserError(f"--batch-size {args.batch_size} --lr {args.lr} --num-gpus {args.num_gpus}: "
+                        "need batch size >= 1, lr > 0, num_gpus >= 1")
+    profile = cfg.profile.model_copy(update={"enabled": True})
+    cfg = cfg.model_copy(update={"profile": profile, "name": cfg.name})
+    out = RunDir(args.output or f"runs/{cfg.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}")
+    RunDir.check_writable(out.path)
+    print(f"workload: {preflight(cfg)}")
+    out.prepare(cfg, force=True)
+    res = run_trial(cfg, {"batch_size": args.batch_size, "lr": args.lr, "num_gpus": args.num_gpus}, trial_id="probe",
+                    run_dir=out.path)
+    out.append(res.to_record())
+    print(render_probe(res))
+    print(f"record: {out.trials_path}")
+    return 0 if res.status == "ok" else 1
+
+
+def render_probe(res: object) -> str:
+    r = res  # TrialResult
+    m, info = r.metrics, r.info  # type: ignore[attr-defined]
+    lines = [f"trial {r.trial_id}: {r.status}" + (f" ({r.reason})" if r.reason else "")]  # type: ignore[attr-defined]
+    if r.status == "ok":  # type: ignore[attr-defined]
+        lines += [
+            f"  device            {info.get('device')}",
+            f"  samples_per_s     {m['samples_per_s']:.1f}   (timed window: {info['timed_steps']} steps, {info['timed_samples']} samples, {m['timed_s']:.2f} s; {info['warmup_steps']} warm-up steps not timed)",
+            f"  step_time_s       {m['step_time_s'] * 1000:.2f} ms",
+            f"  device_util       {m.get('device_util', float('nan')):.3f}",
+            f"  mfu               {m['mfu']:.3f}   ({m['model_flops_per_s'] / 1e9:.1f} GFLOP/s of {info['model_flops_per_sample'] / 1e9:.4f} GFLOP/sample; peak {info['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, {info['peak_source']})",
+            f"  peak_mem_bytes    {m['peak_mem_bytes'] / 2**20:.1f} MiB ({info.get('peak_mem_method', '')})",
+            f"  data_wait_frac    {m['data_wait_frac']:.3f}",
+            f"  val_acc           {m.get('val_acc', float('nan')):.4f}",
+            f"  bottleneck        {info['bottleneck']}: {info['suggestion']}",
+        ]
+        if "mfu_flag" in info:
+            lines.append(f"  warning           {info['mfu_flag']}")
+        if "trace_dir" in info:
+            lines.append(f"  trace             {info['trace_dir']} (profiled steps: {info['profiled_steps']}, "
+                         f"{info['profile_step_s'] * 1000:.2f} ms/step, profiler overhead {info['profiler_overhead']:+.1%})")
+        elif "profile" in info:
+            lines.append(f"  trace             {info['profile']}")
+    return "\n".join(lines)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from tune_batch.report import build_report, parse_prefer, render_summary, write_files
     from tune_batch.results import RunDir
@@ -112,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
-    commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report, "max-batch": _cmd_max_batch}
+    commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report, "max-batch": _cmd_max_batch,
+                "probe": _cmd_probe}
     try:
         return commands[args.command](args)
     except UserError as e:

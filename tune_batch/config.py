@@ -195,6 +195,8 @@ class ResourcesConfig(_Section):
     """CPUs a one-worker trial asks Ray for; auto: all of a node's CPUs when there is no GPU."""
     memory_margin: float = Field(0.1, ge=0.0, lt=1.0)
     """Safety margin under the cap used when predicting whether a batch fits."""
+    peak_flops: float | None = Field(None, gt=0)
+    """Peak FLOP/s of one device for MFU, when it is not a known GPU and should not be measured."""
     feasibility_model: bool = True
     """Skip, without running, configs that cannot fit: at or above a per-worker batch that ran
     out of memory, or predicted over the cap by a memory fit of finished trials."""

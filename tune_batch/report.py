@@ -15,8 +15,8 @@ from tune_batch.oom import cap_bytes
 from tune_batch.pareto import REFERENCE, front_hypervolume, front_records, normalise
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
-METRIC_COLUMNS = ("samples_per_s", "device_util", "val_acc", "mfu", "peak_mem_bytes", "data_wait_frac",
-                  "step_time_s", "timed_s", "duration_s")
+METRIC_COLUMNS = ("samples_per_s", "device_util", "val_acc", "mfu", "model_flops_per_s", "peak_mem_bytes",
+                  "data_wait_frac", "step_time_s", "timed_s", "duration_s")
 
 
 KNEE_METHOD = "knee: closest to the ideal point after scaling each objective to [0, 1] over the front"
@@ -147,6 +147,7 @@ def row(rec: dict[str, Any]) -> dict[str, Any]:
     out.update({k: params.get(k) for k in PARAM_COLUMNS})
     out.update({k: metrics.get(k) for k in METRIC_COLUMNS})
     out["duration_s"] = rec.get("duration_s")
+    out["bottleneck"] = info.get("bottleneck", "")
     out["device"] = info.get("device", "")
     out["host"] = info.get("host", "")
     extras = {k: v for k, v in params.items() if k not in PARAM_COLUMNS}

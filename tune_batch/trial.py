@@ -267,8 +267,15 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
 
     window_s = t1 - t0
     timed_samples = timed_steps * batch
+    sps = timed_samples / window_s
     if device.type == "cuda":
-        util = getattr(getattr(gpu, "window", None), "device_util", None)
+        window = getattr(gpu, "window", None)
+        util = getattr(window, "device_util", None)
+        energy = getattr(window, "energy_j", None)
+        if energy is not None:
+            metrics_energy = energy / timed_samples
+            info["energy_j"] = energy
+        info["nvml_samples"] = getattr(window, "n_samples", 0)
     else:
         util = cpu_window.util
         info["device_util_raw"] = cpu_window.util_raw
@@ -276,7 +283,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
                 profiled_steps=prof_steps, train_samples_done=total_steps * batch, world_size=1,
                 final_loss=stepper.last_loss)
     metrics = {
-        "samples_per_s": timed_samples / window_s,
+        "samples_per_s": sps,
         "peak_mem_bytes": float(peak),
         "data_wait_frac": min(1.0, wait_s / window_s),
         "timed_s": window_s,
@@ -284,9 +291,61 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     }
     if util is not None:
         metrics["device_util"] = float(util)
+    if device.type == "cuda" and "energy_j" in info:
+        metrics["energy_j_per_sample"] = metrics_energy
     if validate:
         metrics["val_acc"] = val_acc
+    if "profile_step_s" in info:
+        info["profiler_overhead"] = info["profile_step_s"] / metrics["step_time_s"] - 1.0
+    _mfu(config, extra, ds.train[0][0].shape, device, threads, sps, trace_dir, metrics, info)
+    info["bottleneck"], info["suggestion"] = bottleneck(metrics, device.type, nw)
     return metrics
+
+
+_FLOPS_CACHE: dict[Any, float] = {}
+
+
+def _mfu(config: Config, extra: dict[str, Any] | None, sample_shape: Any, device: torch.device, threads: int,
+         sps: float, trace_dir: Path | None, metrics: dict[str, Any], info: dict[str, Any]) -> None:
+    """Model FLOPs per sample (counted once per model and input shape) x samples_per_s / peak."""
+    from tune_batch.measure.flops import model_flops_per_sample, resolve_peak
+
+    key = (config.model.model_dump_json(), tuple(sample_shape), repr(sorted((extra or {}).items())))
+    if key not in _FLOPS_CACHE:
+        counted = None
+        try:  # on the meta device nothing is computed or allocated
+            counted = model_flops_per_sample(build_model(config.model, extra).to("meta"), tuple(sample_shape), "meta")
+        except Exception:  # some ops have no meta kernel: count on the CPU instead
+            counted = model_flops_per_sample(build_model(config.model, extra), tuple(sample_shape), "cpu")
+        _FLOPS_CACHE[key] = counted
+    per_sample = _FLOPS_CACHE[key]
+    run_dir = trace_dir.parent.parent if trace_dir is not None else None
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{threads} threads"
+    peak = resolve_peak(device, name, torch.get_default_dtype(), config_peak=config.resources.peak_flops,
+                        cache_dir=run_dir, host=socket.gethostname())
+    metrics["model_flops_per_s"] = per_sample * sps
+    metrics["mfu"] = per_sample * sps / peak.flops_per_s
+    info["model_flops_per_sample"] = per_sample
+    info["peak_flops_per_s"] = peak.flops_per_s
+    info["peak_source"] = peak.source
+    if metrics["mfu"] > 1.0:
+        info["mfu_flag"] = (f"MFU {metrics['mfu']:.2f} > 1: the peak ({peak.source}) is too low for this model's kernels; "
+                            f"set resources.peak_flops")
+
+
+def bottleneck(metrics: dict[str, float], device_type: str, num_workers: int) -> tuple[str, str]:
+    """Where the timed window went: input-bound, launch-bound (CUDA) or compute-bound, with a hint."""
+    wait = metrics.get("data_wait_frac", 0.0)
+    util = metrics.get("device_util")
+    if wait >= 0.2:
+        hint = f"{wait:.0%} of the window waited for data: raise data.num_workers (now {num_workers})"
+        if device_type == "cuda":
+            hint += ", keep pin_memory on, move decoding/augmentation off the critical path"
+        return "input-bound", hint
+    if device_type == "cuda" and util is not None and util < 0.6 and metrics.get("step_time_s", 1.0) < 0.02:
+        return "launch-bound", ("short steps and an idle GPU between kernels: raise batch_size, or cut Python and "
+                                "launch overhead (torch.compile, CUDA graphs)")
+    return "compute-bound", "the device's arithmetic sets the pace: mixed precision or a larger batch raises throughput"
 
 
 def _prime(config: Config, train: Any, device: torch.device, extra: dict[str, Any] | None) -> None:

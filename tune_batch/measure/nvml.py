@@ -20,6 +20,7 @@ class GpuSample:
     util_frac: float
     mem_used_bytes: int
     power_w: float | None
+    energy_mj: float | None = None  # the GPU's total-energy counter (millijoules), where it has one
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,18 @@ class GpuWindow:
     def device_util(self) -> float | None:
         vals = [s.util_frac for per in self.samples.values() for s in per]
         return sum(vals) / len(vals) if vals else None
+
+    @property
+    def energy_j(self) -> float | None:
+        """Energy over the window from the total-energy counters, summed over GPUs; None when a
+        GPU has no counter."""
+        total = 0.0
+        for per in self.samples.values():
+            e = [s.energy_mj for s in per]
+            if len(e) < 2 or e[0] is None or e[-1] is None:
+                return None
+            total += (e[-1] - e[0]) / 1000.0
+        return total if self.samples else None
 
     @property
     def n_samples(self) -> int:
@@ -68,7 +81,11 @@ def _nvml_reader(torch_indices: list[int]) -> Callable[[], dict[int, GpuSample]]
                     power: float | None = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
                 except pynvml.NVMLError:
                     power = None
-                out[i] = GpuSample(now, util, int(mem), power)
+                try:
+                    energy: float | None = float(pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
+                except pynvml.NVMLError:
+                    energy = None
+                out[i] = GpuSample(now, util, int(mem), power, energy)
         except pynvml.NVMLError as e:
             raise DeviceMonitorError(f"NVML read failed: {e}") from e
         return out

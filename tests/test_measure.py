@@ -1,0 +1,122 @@
+"""Measurement you can trust: MFU, the bottleneck verdict, NVML replay, profiler overhead."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from tests.conftest import tiny_config
+from tune_batch.errors import DeviceMonitorError
+from tune_batch.measure.flops import datasheet_peak, measure_peak, model_flops_per_sample
+from tune_batch.measure.nvml import GpuSample, GpuSampler
+from tune_batch.trial import bottleneck, run_trial
+
+
+def test_flop_count_of_a_matmul_model_is_exact() -> None:
+    from tests.workloads import one_matmul
+
+    m = one_matmul(10, 768, 4096)
+    per = model_flops_per_sample(m, (3, 16, 16), "cpu")
+    # forward: 2 x 768 x 4096 + 2 x 4096 x 10; backward: weight grads of both, input grad of the head
+    fwd = 2 * 768 * 4096 + 2 * 4096 * 10
+    assert per == pytest.approx(fwd + 2 * 768 * 4096 + 2 * 2 * 4096 * 10)
+
+
+def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
+    # peak fixed in the config, so both sides divide by the same number
+    peak = 100e9
+    cfg = tiny_config(model={"name": "tests.workloads:one_matmul", "kwargs": {}}, resources={"peak_flops": peak},
+                      budget={"train_samples": 4096})
+    res = run_trial(cfg, {"batch_size": 256, "lr": 0.01, "num_gpus": 1}, validate=False)
+    assert res.status == "ok", res.reason
+    assert res.info["peak_source"] == "config: resources.peak_flops"
+    # the same matmuls, alone: x (256 x 768) @ W (768 x 4096), forward and weight gradient
+    x = torch.randn(256, 768)
+    w = torch.randn(768, 4096, requires_grad=True)
+    for _ in range(3):
+        (x @ w).sum().backward()
+    t0 = time.perf_counter()
+    n = 20
+    for _ in range(n):
+        (x @ w).sum().backward()
+    bench_rate = n * 2 * (2 * 256 * 768 * 4096) / (time.perf_counter() - t0)
+    expected = bench_rate / peak
+    assert res.metrics["mfu"] == pytest.approx(expected, rel=0.35)
+    assert res.metrics["model_flops_per_s"] == pytest.approx(res.metrics["mfu"] * peak)
+
+
+def test_measured_cpu_peak_covers_matmul_and_conv() -> None:
+    peak, rates = measure_peak(torch.device("cpu"), torch.float32)
+    assert any(k.startswith("matmul") for k in rates) and any(k.startswith("conv3x3") for k in rates)
+    assert peak == max(rates.values()) > 1e9
+
+
+def test_mfu_above_one_is_flagged_not_clipped() -> None:
+    cfg = tiny_config(resources={"peak_flops": 1e6}, budget={"train_samples": 256})
+    res = run_trial(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, validate=False)
+    assert res.metrics["mfu"] > 1
+    assert "too low" in res.info["mfu_flag"]
+
+
+def test_quickstart_like_record_carries_every_measurement(tiny) -> None:
+    res = run_trial(tiny, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    for key in ("samples_per_s", "device_util", "mfu", "peak_mem_bytes", "data_wait_frac"):
+        assert key in res.metrics
+    assert 0 < res.metrics["mfu"] <= 1 and 0 < res.metrics["device_util"] <= 1
+    assert res.info["bottleneck"] in ("compute-bound", "input-bound") and res.info["device"]
+
+
+def test_a_slow_dataset_is_input_bound() -> None:
+    cfg = tiny_config(data={"name": "tests.workloads:slow_data", "kwargs": {"n": 512, "delay_s": 0.003}},
+                      budget={"train_samples": 512}, space={"batch_size": [16]})
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, validate=False)
+    assert res.status == "ok", res.reason
+    assert res.metrics["data_wait_frac"] > 0.3
+    assert res.info["bottleneck"] == "input-bound" and "num_workers" in res.info["suggestion"]
+
+
+def test_bottleneck_rules() -> None:
+    assert bottleneck({"data_wait_frac": 0.5}, "cuda", 2)[0] == "input-bound"
+    assert bottleneck({"data_wait_frac": 0.01, "device_util": 0.3, "step_time_s": 0.005}, "cuda", 4)[0] == "launch-bound"
+    assert bottleneck({"data_wait_frac": 0.01, "device_util": 0.95, "step_time_s": 0.2}, "cuda", 4)[0] == "compute-bound"
+
+
+def test_gpu_sampler_replays_recorded_samples() -> None:
+    recorded = iter([{0: GpuSample(t, u, 10, 300.0, 1000.0 * t)} for t, u in enumerate([0.5, 1.0, 0.75, 0.75])])
+
+    def reader() -> dict:
+        try:
+            return next(recorded)
+        except StopIteration:
+            time.sleep(0.01)
+            return {}
+
+    with GpuSampler([0], interval_s=0.001, reader=reader) as s:
+        time.sleep(0.2)
+    assert s.window is not None and s.window.n_samples == 4
+    assert s.window.device_util == pytest.approx(0.75)
+    assert s.window.energy_j == pytest.approx(3.0)
+
+
+def test_gpu_sampler_turns_read_errors_into_our_error() -> None:
+    def reader() -> dict:
+        raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+
+    with pytest.raises(DeviceMonitorError, match="GPU sampling failed: NVML_ERROR_GPU_IS_LOST"):
+        with GpuSampler([0], interval_s=0.001, reader=reader):
+            time.sleep(0.05)
+
+
+def test_datasheet_peaks() -> None:
+    assert datasheet_peak("NVIDIA H200", "bfloat16").flops_per_s == 989.5e12
+    assert datasheet_peak("NVIDIA A100-SXM4-80GB", "float32").flops_per_s == 19.5e12
+    assert datasheet_peak("Some CPU", "float32") is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_real_nvml_during_a_trial() -> None:
+    res = run_trial(tiny_config(budget={"train_samples": 4096}), {"batch_size": 64, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "ok" and 0 <= res.metrics["device_util"] <= 1 and res.info["nvml_samples"] > 0
