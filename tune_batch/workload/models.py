@@ -27,7 +27,19 @@ def small_cnn(num_classes: int = 10, width: int = 16) -> nn.Module:
     )
 
 
-BUILTIN_MODELS = {"small_cnn": small_cnn}
+def mlp(num_classes: int = 10, in_features: int = 3 * 32 * 32, hidden: int = 4096, depth: int = 2) -> nn.Module:
+    """Flatten, then ``depth`` bias-free Linear layers of width ``hidden`` with ReLU: almost all
+    of its time is large matmuls (an MFU yardstick)."""
+    layers: list[nn.Module] = [nn.Flatten()]
+    width = in_features
+    for _ in range(depth):
+        layers += [nn.Linear(width, hidden, bias=False), nn.ReLU()]
+        width = hidden
+    layers.append(nn.Linear(width, num_classes, bias=False))
+    return nn.Sequential(*layers)
+
+
+BUILTIN_MODELS = {"small_cnn": small_cnn, "mlp": mlp}
 
 
 def _torchvision_names() -> list[str]:

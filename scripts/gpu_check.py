@@ -1,0 +1,93 @@
+"""GPU checks for a CUDA machine, in at most about 5 minutes: the paths this project cannot run
+on a CPU-only machine. Prints one JSON object; exits 1 when a check fails, 2 without CUDA.
+
+1. nvml:   NVML telemetry during a real trial (device_util in (0, 1], samples at >= 10 Hz, energy)
+2. oom:    a real CUDA out-of-memory under resources.device_memory, recorded as status oom
+3. mfu:    MFU of a model that is large matmuls (builtin mlp), expected between 0.3 and 1
+4. search: a 6-trial Ray Tune search on synthetic data ends with every trial recorded
+
+Usage: python scripts/gpu_check.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="where the search run directory goes (default: a temp dir)")
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print(json.dumps({"ok": False, "error": "no CUDA device: run this on a GPU machine"}))
+        return 2
+    from tune_batch.config import config_from_dict
+    from tune_batch.runner import search
+    from tune_batch.trial import run_trial
+
+    out: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "checks": {}}
+    base = {"name": "gpucheck", "data": {"name": "synthetic", "resize": 32, "val_samples": 512, "synthetic_samples": 16384},
+            "model": {"name": "resnet18"}, "budget": {"train_samples": 8192, "warmup_steps": 5, "trial_timeout_s": 120}}
+
+    def check(name: str, fn) -> None:
+        t0 = time.perf_counter()
+        try:
+            out["checks"][name] = {**fn(), "seconds": round(time.perf_counter() - t0, 1)}
+        except Exception as e:  # a check that crashes is a failed check, reported with its traceback
+            out["checks"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+
+    def nvml() -> dict:
+        res = run_trial(config_from_dict(base), {"batch_size": 256, "lr": 0.05, "num_gpus": 1})
+        m, info = res.metrics, res.info
+        rate = info.get("nvml_samples", 0) / max(m.get("timed_s", 1e9), 1e-9)
+        ok = res.status == "ok" and 0 < m.get("device_util", -1) <= 1 and rate >= 10
+        return {"ok": ok, "status": res.status, "reason": res.reason, "device_util": m.get("device_util"),
+                "nvml_samples": info.get("nvml_samples"), "samples_per_hz": rate, "energy_j_per_sample": m.get("energy_j_per_sample"),
+                "samples_per_s": m.get("samples_per_s"), "peak_mem_bytes": m.get("peak_mem_bytes"), "mfu": m.get("mfu"),
+                "bottleneck": info.get("bottleneck"), "device": info.get("device")}
+
+    def oom() -> dict:
+        cfg = config_from_dict({**base, "data": {**base["data"], "resize": 224, "synthetic_samples": 2048},
+                                "resources": {"device_memory": "2GiB"}, "budget": {**base["budget"], "train_samples": 2048}})
+        res = run_trial(cfg, {"batch_size": 1024, "lr": 0.05, "num_gpus": 1})
+        after = run_trial(config_from_dict(base), {"batch_size": 64, "lr": 0.05, "num_gpus": 1},)
+        return {"ok": res.status == "oom" and after.status == "ok", "status": res.status, "reason": res.reason,
+                "next_trial_after_oom": after.status}
+
+    def mfu() -> dict:
+        cfg = config_from_dict({**base, "model": {"name": "mlp", "kwargs": {"hidden": 8192, "depth": 3}},
+                                "budget": {**base["budget"], "train_samples": 65536}})
+        res = run_trial(cfg, {"batch_size": 4096, "lr": 0.01, "num_gpus": 1}, validate=False)
+        m, info = res.metrics, res.info
+        return {"ok": res.status == "ok" and 0.3 <= m.get("mfu", 0) <= 1.0, "status": res.status, "reason": res.reason,
+                "mfu": m.get("mfu"), "model_flops_per_s": m.get("model_flops_per_s"), "peak": info.get("peak_flops_per_s"),
+                "peak_source": info.get("peak_source"), "data_wait_frac": m.get("data_wait_frac")}
+
+    def six_trials() -> dict:
+        cfg = config_from_dict({**base, "budget": {**base["budget"], "trials": 6, "train_samples": 4096},
+                                "space": {"batch_size": {"min": 32, "max": 512}, "lr": {"low": 0.001, "high": 0.1}}})
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(args.out or tmp) / "search"
+            res = search(cfg, run, quiet=True)
+            statuses = [r["status"] for r in res.records]
+        return {"ok": len(statuses) == 6 and "ok" in statuses, "statuses": statuses, "front": len(res.front)}
+
+    for name, fn in (("nvml", nvml), ("oom", oom), ("mfu", mfu), ("search", six_trials)):
+        check(name, fn)
+    out["ok"] = all(c.get("ok") for c in out["checks"].values())
+    print(json.dumps(out, indent=1, default=str))
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
