@@ -79,3 +79,24 @@ class _SlowData(torch.utils.data.Dataset):
 
 def slow_data(n: int = 512, delay_s: float = 0.002):
     return _SlowData(n, delay_s), _SlowData(64, 0.0)
+
+
+class _OomOnRank(nn.Module):
+    def __init__(self, num_classes: int, rank: int) -> None:
+        super().__init__()
+        self.net = small_cnn(num_classes, width=8)
+        self.rank = rank
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        self.calls += 1
+        if dist.is_initialized() and dist.get_rank() == self.rank and self.calls > 4:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (test: rank {self.rank} only)")
+        return self.net(x)
+
+
+def oom_on_rank(num_classes: int = 10, rank: int = 1) -> nn.Module:
+    """Runs out of memory on one rank only, after a few steps: the others must not hang."""
+    return _OomOnRank(num_classes, rank)

@@ -16,7 +16,7 @@ from tune_batch.pareto import REFERENCE, front_hypervolume, front_records, norma
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
 METRIC_COLUMNS = ("samples_per_s", "device_util", "val_acc", "mfu", "model_flops_per_s", "peak_mem_bytes",
-                  "data_wait_frac", "step_time_s", "timed_s", "duration_s")
+                  "data_wait_frac", "scaling_efficiency", "step_time_s", "timed_s", "duration_s")
 
 
 KNEE_METHOD = "knee: closest to the ideal point after scaling each objective to [0, 1] over the front"
@@ -147,6 +147,7 @@ def row(rec: dict[str, Any]) -> dict[str, Any]:
     out.update({k: params.get(k) for k in PARAM_COLUMNS})
     out.update({k: metrics.get(k) for k in METRIC_COLUMNS})
     out["duration_s"] = rec.get("duration_s")
+    out["world_size"] = info.get("world_size", "")
     out["bottleneck"] = info.get("bottleneck", "")
     out["device"] = info.get("device", "")
     out["host"] = info.get("host", "")

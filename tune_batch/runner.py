@@ -119,6 +119,12 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
         if config.search.backend == "optuna":
             from tune_batch.backends import optuna as optuna_backend
 
+            if any(n > 1 for n in config.space.num_gpus):
+                progress.say("warning: space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
+                             "trials in this process; use backend 'ray' for data-parallel trials")
+                space = run_config.space.model_copy(update={"num_gpus": [1]})
+                run_config = run_config.model_copy(update={"space": space})
+
             optuna_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
                                       feasibility=feasibility, verbose=verbose)
         else:

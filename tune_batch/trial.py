@@ -78,15 +78,58 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _cycle(loader: DataLoader) -> Iterator[Any]:
+def _cycle(loader: DataLoader, sampler: Any = None) -> Iterator[Any]:
     """Batches forever, reshuffling at each epoch (the loader drops the short last batch)."""
+    epoch = 0
     while True:
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        epoch += 1
         yielded = False
         for batch in loader:
             yielded = True
             yield batch
         if not yielded:
             raise RuntimeError("the DataLoader yields no full batch: the data set is smaller than the batch")
+
+
+def _node_id() -> str:
+    """The Ray node this process runs on (its hostname outside Ray)."""
+    import sys
+
+    if "ray" in sys.modules:
+        try:
+            import ray
+
+            if ray.is_initialized():
+                return str(ray.get_runtime_context().get_node_id())
+        except Exception:  # not in a Ray worker after all
+            pass
+    return socket.gethostname()
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        torch.distributed.barrier()
+
+
+def _all_reduce(values: list[float], ops: list[str]) -> list[float]:
+    """Combine one number per rank: "max", "sum" or "mean" (gloo and nccl alike)."""
+    dist = torch.distributed
+    world = dist.get_world_size()
+    backend_device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    out = []
+    for v, op in zip(values, ops):
+        t = torch.tensor([v], dtype=torch.float64, device=backend_device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        out.append(float(t.item()) / (world if op == "mean" else 1))
+    return out
+
+
+def _all_gather(obj: Any) -> list[Any]:
+    gathered: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, obj)
+    return gathered
 
 
 def _check_bn(model: nn.Module) -> None:
@@ -123,8 +166,10 @@ class _Stepper:
     """Runs optimizer steps and keeps the per-step checks (timeout, memory cap, finite loss)."""
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator[Any],
-                 device: torch.device, deadline: float, mem: PeakRss | None) -> None:
+                 device: torch.device, deadline: float, mem: PeakRss | None, batch: int) -> None:
         self.model, self.opt, self.batches, self.device = model, opt, batches, device
+        self.batch = batch
+        self.short_batches = 0  # batches smaller than the worker's batch size (must stay 0)
         self.deadline, self.mem = deadline, mem
         self.loss_fn = nn.CrossEntropyLoss()
         self.wait_s = 0.0
@@ -136,6 +181,8 @@ class _Stepper:
         t = time.perf_counter()
         x, y = next(self.batches)
         self.wait_s += time.perf_counter() - t
+        if len(y) != self.batch:
+            self.short_batches += 1
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         loss = self.loss_fn(self.model(x), y)
@@ -162,12 +209,16 @@ class _Stepper:
 
 def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.device, threads: int,
                        deadline: float, extra: dict[str, Any] | None, trace_dir: Path | None,
-                       info: dict[str, Any], validate: bool = True) -> dict[str, float]:
+                       info: dict[str, Any], validate: bool = True, rank: int = 0, world: int = 1) -> dict[str, float]:
+    """Train and measure on one worker; with ``world`` > 1 this runs on every rank of an
+    initialised process group (DDP, a DistributedSampler with drop_last) and the figures are
+    combined across ranks: global samples_per_s, mean device_util, largest peak memory."""
     seed = config.search.seed
     torch.manual_seed(seed)
-    batch = params["batch_size"]  # one worker: the global batch is the worker's batch
+    global_batch = params["batch_size"]
+    batch = global_batch // world  # per worker
     budget = config.budget
-    total_steps = budget.train_samples // batch
+    total_steps = budget.train_samples // global_batch
     if total_steps < 2:
         raise ValueError(
             f"budget.train_samples = {budget.train_samples} gives {total_steps} step(s) at batch_size {batch}; "
@@ -201,8 +252,16 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
             torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
     gen = torch.Generator().manual_seed(seed)
     nw = config.data.num_workers
-    loader = DataLoader(ds.train, batch_size=batch, shuffle=True, drop_last=True, num_workers=nw,
-                        pin_memory=device.type == "cuda", generator=gen, persistent_workers=nw > 0)
+    sampler = None
+    if world > 1:
+        from torch.utils.data.distributed import DistributedSampler
+
+        # every rank gets the same number of full batches: no short or empty last batch (the
+        # seed's NaN-BatchNorm failure on multiple GPUs)
+        sampler = DistributedSampler(ds.train, num_replicas=world, rank=rank, shuffle=True, seed=seed, drop_last=True)
+    loader = DataLoader(ds.train, batch_size=batch, shuffle=sampler is None, sampler=sampler, drop_last=True,
+                        num_workers=nw, pin_memory=device.type == "cuda", generator=gen if sampler is None else None,
+                        persistent_workers=nw > 0)
 
     if device.type == "cpu":
         _prime(config, ds.train, device, extra)
@@ -210,9 +269,14 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     with mem_ctx as mem:
         model = build_model(config.model, extra).to(device)
         model.train()
-        opt = torch.optim.SGD(model.parameters(), lr=params["lr"], momentum=config.optimizer.momentum,
+        net: nn.Module = model
+        if world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        opt = torch.optim.SGD(net.parameters(), lr=params["lr"], momentum=config.optimizer.momentum,
                               weight_decay=config.optimizer.weight_decay)
-        stepper = _Stepper(model, opt, _cycle(loader), device, deadline, mem)
+        stepper = _Stepper(net, opt, _cycle(loader, sampler), device, deadline, mem, batch)
 
         step_peak: int | None = None
         for i in range(warmup):
@@ -238,6 +302,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
             except DeviceMonitorError as e:
                 info["device_util"] = f"not measured: {e}"
         _sync(device)
+        _barrier(world)
         stepper.wait_s = 0.0
         cpu.start()
         with gpu_ctx as gpu:
@@ -245,6 +310,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
             for _ in range(timed_steps):
                 stepper.step()
             _sync(device)
+            _barrier(world)
             t1 = time.perf_counter()
         cpu_window = cpu.stop()
         wait_s = stepper.wait_s
@@ -263,10 +329,21 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
             peak = mem.peak_bytes
             info["peak_mem_method"] = f"RSS high-water mark above the pre-model baseline ({mem.method})"
         _check_bn(model)
-        val_acc = _evaluate(model, ds.val, device, batch) if validate else float("nan")
+        val_acc = _evaluate(model, ds.val, device, batch) if validate and rank == 0 else float("nan")
 
     window_s = t1 - t0
-    timed_samples = timed_steps * batch
+    timed_samples = timed_steps * global_batch
+    if world > 1:
+        # the slowest rank's window, the largest rank's peak, the mean wait: the group's figures
+        window_s, peak, wait_s = _all_reduce([window_s, float(peak), wait_s], ["max", "max", "mean"])
+        info["short_batches"] = int(_all_reduce([float(stepper.short_batches)], ["sum"])[0])
+        info["nodes"] = sorted(set(_all_gather(socket.gethostname())))
+        info["node_ids"] = sorted(set(_all_gather(_node_id())))
+    else:
+        info["short_batches"] = stepper.short_batches
+        info["nodes"] = [socket.gethostname()]
+        info["node_ids"] = [_node_id()]
+    info["per_worker_batch"] = batch
     sps = timed_samples / window_s
     if device.type == "cuda":
         window = getattr(gpu, "window", None)
@@ -279,8 +356,10 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     else:
         util = cpu_window.util
         info["device_util_raw"] = cpu_window.util_raw
+    if world > 1 and util is not None:
+        util = _all_reduce([float(util)], ["mean"])[0]
     info.update(steps=total_steps, warmup_steps=warmup, timed_steps=timed_steps, timed_samples=timed_samples,
-                profiled_steps=prof_steps, train_samples_done=total_steps * batch, world_size=1,
+                profiled_steps=prof_steps, train_samples_done=total_steps * global_batch, world_size=world,
                 final_loss=stepper.last_loss)
     metrics = {
         "samples_per_s": sps,
@@ -293,7 +372,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         metrics["device_util"] = float(util)
     if device.type == "cuda" and "energy_j" in info:
         metrics["energy_j_per_sample"] = metrics_energy
-    if validate:
+    if validate and rank == 0:
         metrics["val_acc"] = val_acc
     if "profile_step_s" in info:
         info["profiler_overhead"] = info["profile_step_s"] / metrics["step_time_s"] - 1.0
@@ -323,8 +402,9 @@ def _mfu(config: Config, extra: dict[str, Any] | None, sample_shape: Any, device
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{threads} threads"
     peak = resolve_peak(device, name, torch.get_default_dtype(), config_peak=config.resources.peak_flops,
                         cache_dir=run_dir, host=socket.gethostname())
+    world = int(info.get("world_size", 1))
     metrics["model_flops_per_s"] = per_sample * sps
-    metrics["mfu"] = per_sample * sps / peak.flops_per_s
+    metrics["mfu"] = per_sample * sps / (peak.flops_per_s * world)
     info["model_flops_per_sample"] = per_sample
     info["peak_flops_per_s"] = peak.flops_per_s
     info["peak_source"] = peak.source
@@ -381,16 +461,29 @@ def _profile(stepper: _Stepper, config: Config, trace_dir: Path) -> float:
         return (time.perf_counter() - t0) / n
 
 
+def skip_result(config: Config, params: dict[str, Any], trial_id: Any, skip_reason: str | None) -> TrialResult | None:
+    """The ``skipped`` record of a config that breaks the batch rules or that the memory model
+    rules out (no training, zero training time), or None when it is to run."""
+    params = normalize_params(params)
+    bad = space_mod.violation(params, config.space)
+    if not (bad or skip_reason):
+        return None
+    return TrialResult(trial_id, params, "skipped", f"space: {bad}" if bad else skip_reason, {}, 0.0,
+                       {"host": socket.gethostname(), "train_s": 0.0})
+
+
 def run_trial(config: Config, params: dict[str, Any], *, trial_id: int | str | None = None,
               extra: dict[str, Any] | None = None, threads: int | None = None,
               run_dir: str | Path | None = None, skip_reason: str | None = None,
-              validate: bool = True) -> TrialResult:
+              validate: bool = True, rank: int = 0, world: int = 1) -> TrialResult:
     """Run one measured trial of ``params`` (batch_size, lr, num_gpus) under ``config``.
 
     ``threads``: torch intra-op threads for this trial (restored afterwards). ``run_dir``:
     where profiler traces go (``traces/<trial_id>``). ``skip_reason``: the feasibility model's
     verdict; the trial is recorded as ``skipped`` without training. ``validate=False`` leaves
-    out the validation pass (memory probes). Never raises for trial faults.
+    out the validation pass (memory probes). ``rank``/``world``: this process is one worker of
+    an initialised process group (see ``distributed.py``); there, faults are raised so the
+    whole group stops at once. Otherwise never raises for trial faults.
     """
     start = time.perf_counter()
     params = normalize_params(params)
@@ -400,12 +493,12 @@ def run_trial(config: Config, params: dict[str, Any], *, trial_id: int | str | N
                tb: str | None = None) -> TrialResult:
         return TrialResult(trial_id, params, status, reason, metrics or {}, time.perf_counter() - start, info, tb)
 
-    bad = space_mod.violation(params, config.space)
-    if bad or skip_reason:
-        info["train_s"] = 0.0
-        return result("skipped", f"space: {bad}" if bad else skip_reason)
-    if params["num_gpus"] > 1:
-        return result("failed", "num_gpus > 1 needs the data-parallel trial runner, which this version lacks")
+    skipped = skip_result(config, params, trial_id, skip_reason)
+    if skipped is not None:
+        return skipped
+    if params["num_gpus"] > 1 and world == 1:
+        return result("failed", "num_gpus > 1 runs on a worker group: use the ray backend "
+                                "(tune_batch.distributed.run_data_parallel)")
 
     prev_threads = torch.get_num_threads()
     device = pick_device()
@@ -416,12 +509,16 @@ def run_trial(config: Config, params: dict[str, Any], *, trial_id: int | str | N
         trace_dir = Path(run_dir) / "traces" / str(trial_id) if run_dir is not None else None
         metrics = _train_and_measure(config, params, device=device, threads=torch.get_num_threads(),
                                      deadline=start + config.budget.trial_timeout_s, extra=extra,
-                                     trace_dir=trace_dir, info=info, validate=validate)
+                                     trace_dir=trace_dir, info=info, validate=validate, rank=rank, world=world)
         metrics["duration_s"] = time.perf_counter() - start
         return result("ok", None, metrics)
     except (TrialTimeout, NonFiniteError) as e:
+        if world > 1:
+            raise
         return result("failed", str(e))
     except Exception as e:  # the trial boundary: every fault becomes a record
+        if world > 1:
+            raise  # the group's driver records it once, for every rank
         if is_oom_error(e):
             return result("oom", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
         return result("failed", f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}",

@@ -16,6 +16,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -84,17 +85,26 @@ class ConstrainedOptunaSearch(OptunaSearch):
             self._completed_trials.add(trial_id)
 
 
-def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str) -> None:
-    """The Tune function of one trial: measure, then report objectives, constraints and the record."""
-    from tune_batch.trial import run_trial
-
+def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str, plan: ResourcePlan) -> None:
+    """The Tune function of one trial: measure (here for one worker, on a Ray Train worker group
+    for several), then report objectives, constraints and the record."""
     config = config_from_dict(config_dict)
     params = dict(params)
     trial_number = params.pop("trial_number", None)
     skip_reason = params.pop("skip_reason", None)
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-    result = run_trial(config, params, trial_id=trial_number, threads=int(cpus) if cpus else None, run_dir=run_dir,
-                       skip_reason=skip_reason)
+    n = int(params.get("num_gpus", 1))
+    if n > 1:
+        from tune_batch.distributed import run_data_parallel
+
+        result = run_data_parallel(config, params, trial_id=trial_number, run_dir=run_dir,
+                                   cpus_per_worker=plan.worker_cpus(n), threads_per_worker=plan.threads_per_worker[n],
+                                   use_gpu=plan.gpus > 0, skip_reason=skip_reason)
+    else:
+        from tune_batch.trial import run_trial
+
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+        result = run_trial(config, params, trial_id=trial_number, threads=int(cpus) if cpus else None, run_dir=run_dir,
+                           skip_reason=skip_reason)
     record = result.to_record()
     report: dict[str, Any] = dict(zip(config.metric_names, objectives.values(config, record)))
     report.update({f"constraint_{k}": v for k, v in objectives.constraints(record).items()})
@@ -109,11 +119,31 @@ class _Records(tune.Callback):
     def __init__(self, run_dir: RunDir, progress: Progress) -> None:
         self.run_dir = run_dir
         self.progress = progress
+        self._one_worker_sps: dict[int, float] = {}  # per-worker batch -> best samples/s at num_gpus 1
+        for rec in progress.records:
+            self._learn(rec)
+
+    def _learn(self, rec: dict[str, Any]) -> None:
+        p, m = rec.get("params") or {}, rec.get("metrics") or {}
+        if rec.get("status") == "ok" and int(p.get("num_gpus", 1)) == 1 and "samples_per_s" in m:
+            b = int(p["batch_size"])
+            self._one_worker_sps[b] = max(self._one_worker_sps.get(b, 0.0), float(m["samples_per_s"]))
+
+    def _scaling(self, rec: dict[str, Any]) -> None:
+        """scaling_efficiency = sps(n) / (n x sps(1)) at the same per-worker batch, when measured."""
+        p, m = rec.get("params") or {}, rec.get("metrics") or {}
+        n = int(p.get("num_gpus", 1))
+        if rec.get("status") == "ok" and n > 1 and "samples_per_s" in m:
+            one = self._one_worker_sps.get(int(p["batch_size"]) // n)
+            if one:
+                m["scaling_efficiency"] = float(m["samples_per_s"]) / (n * one)
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.progress.started()
 
     def _write(self, rec: dict[str, Any]) -> None:
+        self._learn(rec)
+        self._scaling(rec)
         self.run_dir.append(rec)
         self.progress.finished(rec)
 
@@ -201,36 +231,73 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
             shutil.rmtree(temp, ignore_errors=True)
 
 
-def plan_resources(config: Config, cluster: dict[str, float], node_cpus: float) -> tuple[dict[str, float], int, list[int], list[str]]:
-    """Per-trial resources, max concurrent trials, the num_gpus choices kept, and warnings.
+TRIAL_CPU_FOR_GROUP = 0.001  # a multi-worker trial's own bundle: it only waits on its worker group
+
+
+@dataclass(frozen=True)
+class ResourcePlan:
+    """What each trial asks Ray for, derived from ``num_gpus`` and the cluster."""
+
+    gpus: int  # GPUs in the cluster (0: CPU worker processes stand in for GPUs)
+    cpus_one_worker: float  # CPUs of a one-worker trial (or of each worker of a group)
+    cluster_cpus: float
+    threads_per_worker: dict[int, int]
+    concurrent: int
+    gpu_choices: list[int]
+    notes: list[str]
+
+    def worker_cpus(self, n: int) -> float:
+        """CPUs of each worker of an n-worker group: one node's share, less the trial's own
+        sliver, so the group and its trial fit exactly (a worker group that cannot be placed
+        would wait forever)."""
+        if self.gpus:
+            return max(TRIAL_CPU_FOR_GROUP, self.cpus_one_worker - TRIAL_CPU_FOR_GROUP)
+        if n <= self.cpus_one_worker:  # the group fits on one node
+            return round((self.cpus_one_worker - TRIAL_CPU_FOR_GROUP) / n, 4)
+        return round(max(TRIAL_CPU_FOR_GROUP, min(self.cpus_one_worker, self.cluster_cpus / n) - TRIAL_CPU_FOR_GROUP), 4)
+
+    def request(self, n: int) -> dict[str, float]:
+        """The Tune trial's own bundle; a group's workers are placed by Ray Train."""
+        if n == 1:
+            return {"CPU": self.cpus_one_worker, **({"GPU": 1.0} if self.gpus else {})}
+        return {"CPU": TRIAL_CPU_FOR_GROUP}
+
+
+def _trial_resources(spec: dict[str, Any], plan: ResourcePlan) -> dict[str, float]:
+    return plan.request(int(spec.get("num_gpus", 1)))
+
+
+def plan_resources(config: Config, cluster: dict[str, float], node_cpus: float) -> ResourcePlan:
+    """Per-trial resources, concurrency and the ``num_gpus`` choices the cluster can ever give.
 
     Without GPUs a one-worker trial gets ``cpus_per_trial`` CPUs (auto: a whole node, so
-    concurrent trials never share cores and distort each other's throughput).
+    concurrent trials never share cores and distort each other's throughput), and an n-worker
+    trial n CPU worker processes sharing those CPUs (gloo). With GPUs one GPU per worker.
     """
     notes: list[str] = []
     gpus = int(cluster.get("GPU", 0))
-    cpus = int(cluster.get("CPU", 1))
-    choices = list(config.space.num_gpus)
-    kept = [n for n in choices if n == 1]
-    dropped = [n for n in choices if n != 1]
-    if dropped:
-        notes.append(f"space.num_gpus: {dropped} dropped: data-parallel (multi-worker) trials are not available in this version")
-    if not kept:
-        raise UserError("space.num_gpus: no choice left after filtering; include 1")
-    if gpus:
-        per_cpu = 1 if config.resources.cpus_per_trial == "auto" else int(config.resources.cpus_per_trial)
-        per_cpu = max(1, min(per_cpu, cpus // max(1, gpus)))
-        request = {"CPU": float(per_cpu), "GPU": 1.0}
-        concurrent = max(1, min(gpus, cpus // per_cpu))
+    cpus = float(cluster.get("CPU", 1))
+    if config.resources.cpus_per_trial == "auto":
+        per = max(1.0, float(cpus // gpus)) if gpus else float(node_cpus)
     else:
-        per_cpu = int(node_cpus) if config.resources.cpus_per_trial == "auto" else int(config.resources.cpus_per_trial)
-        if per_cpu > node_cpus:
-            notes.append(f"resources.cpus_per_trial = {per_cpu} is more than a node has ({int(node_cpus)}); using {int(node_cpus)}")
-            per_cpu = int(node_cpus)
-        per_cpu = max(1, per_cpu)
-        request = {"CPU": float(per_cpu)}
-        concurrent = max(1, cpus // per_cpu)
-    return request, min(concurrent, config.budget.trials), kept, notes
+        per = float(config.resources.cpus_per_trial)
+        limit = float(cpus // gpus) if gpus else float(node_cpus)
+        if per > limit:
+            notes.append(f"resources.cpus_per_trial = {per:g} is more than {'a GPU' if gpus else 'a node'} can have "
+                         f"({limit:g}); using {limit:g}")
+            per = limit
+    per = max(1.0, per)
+    capacity = gpus if gpus else int(cpus)
+    kept = [n for n in config.space.num_gpus if n == 1 or n <= capacity]
+    dropped = [n for n in config.space.num_gpus if n not in kept]
+    if dropped:
+        what = f"{gpus} GPU(s)" if gpus else f"{int(cpus)} CPU(s) for CPU worker processes"
+        notes.append(f"space.num_gpus: {dropped} dropped: the cluster has {what}")
+    if not kept:
+        raise UserError("space.num_gpus: no choice left after filtering to the cluster; include 1")
+    threads = {n: max(1, int(per // n)) if not gpus else max(1, int(per)) for n in kept}
+    concurrent = max(1, gpus if gpus else int(cpus // per))
+    return ResourcePlan(gpus, per, cpus, threads, min(concurrent, config.budget.trials), kept, notes)
 
 
 def _node_cpus() -> float:
@@ -250,11 +317,14 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     with ray_session(address, verbose=verbose) as cluster:
-        request, concurrent, gpu_choices, notes = plan_resources(config, cluster, _node_cpus())
-        for n in notes:
+        plan = plan_resources(config, cluster, _node_cpus())
+        for n in plan.notes:
             progress.say(f"warning: {n}")
-        progress.say(f"ray: {int(cluster.get('CPU', 0))} CPU, {int(cluster.get('GPU', 0))} GPU; "
-                     f"each trial asks {request}; up to {concurrent} at a time")
+        groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
+                           for n in plan.gpu_choices if n > 1)
+        progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
+                     f"{plan.request(1)}; up to {plan.concurrent} at a time" + (f"; worker groups: {groups}" if groups else ""))
+        gpu_choices = plan.gpu_choices
         searcher = ConstrainedOptunaSearch(
             partial(define_by_run, space=config.space, gpu_choices=gpu_choices),
             metric=config.metric_names,
@@ -263,8 +333,8 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
             storage=storage, study_name=study_name, feasibility=feasibility,
         )
         trainable = tune.with_resources(
-            tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve())),
-            request,
+            tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()), plan=plan),
+            partial(_trial_resources, plan=plan),
         )
         storage_path = str((run_dir.path / "ray").resolve())
         callbacks = [_Records(run_dir, progress)]
@@ -273,6 +343,6 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         run_config = tune.RunConfig(name=name, storage_path=storage_path, verbose=2 if verbose else 0,
                                     callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0))
         tune_config = tune.TuneConfig(search_alg=searcher, num_samples=config.budget.trials,
-                                      max_concurrent_trials=concurrent, reuse_actors=True)
+                                      max_concurrent_trials=plan.concurrent, reuse_actors=True)
         tuner = tune.Tuner(trainable, tune_config=tune_config, run_config=run_config)
         tuner.fit()

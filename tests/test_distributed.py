@@ -1,0 +1,82 @@
+"""Data-parallel trials on CPU worker processes (gloo), and a search across a two-node Ray cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_config
+from tune_batch.backends.ray import plan_resources
+from tune_batch.runner import search
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines()]
+
+
+def test_two_worker_trial_full_batches_global_metrics(tmp_path: Path) -> None:
+    cfg = tiny_config(space={"batch_size": [64], "num_gpus": [2]}, budget={"trials": 1, "train_samples": 1024})
+    search(cfg, tmp_path / "run", quiet=True)
+    (rec,) = _records(tmp_path / "run")
+    assert rec["status"] == "ok", rec["reason"]
+    info, m = rec["info"], rec["metrics"]
+    assert info["world_size"] == 2 and info["launcher"] == "ray.train.torch.TorchTrainer"
+    assert info["per_worker_batch"] == 32
+    assert info["short_batches"] == 0  # every worker saw only full batches
+    assert info["train_samples_done"] == 1024 and info["timed_samples"] == info["timed_steps"] * 64  # global
+    assert 0 < m["device_util"] <= 1 and m["val_acc"] > 0.2 and m["peak_mem_bytes"] > 0
+    assert info["nodes"] and info["node_ids"]
+
+
+def test_oom_on_one_worker_ends_the_group_once(tmp_path: Path) -> None:
+    cfg = tiny_config(model={"name": "tests.workloads:oom_on_rank", "kwargs": {"rank": 1}},
+                      space={"batch_size": [64], "num_gpus": [2]}, budget={"trials": 1, "trial_timeout_s": 120})
+    search(cfg, tmp_path / "run", quiet=True)
+    recs = _records(tmp_path / "run")
+    assert len(recs) == 1  # recorded once, not per rank
+    assert recs[0]["status"] == "oom" and "rank 1 only" in recs[0]["reason"]
+    assert recs[0]["duration_s"] < 120 + 60  # within the timeout: no rank hung in a collective
+
+
+def test_resource_plan_without_gpus() -> None:
+    cfg = tiny_config(space={"num_gpus": [1, 2, 4]})
+    plan = plan_resources(cfg, {"CPU": 2.0}, node_cpus=2.0)
+    assert plan.gpu_choices == [1, 2] and "[4] dropped" in plan.notes[0]
+    assert plan.request(1) == {"CPU": 2.0} and plan.concurrent == 1
+    # the group and its trial fit the node exactly: nothing waits forever
+    assert 2 * plan.worker_cpus(2) + plan.request(2)["CPU"] <= 2.0
+    two_nodes = plan_resources(cfg, {"CPU": 2.0}, node_cpus=1.0)
+    assert two_nodes.worker_cpus(2) + two_nodes.request(2)["CPU"] <= 1.0  # one worker per node
+    gpus = plan_resources(cfg, {"CPU": 16.0, "GPU": 4.0}, node_cpus=16.0)
+    assert gpus.gpu_choices == [1, 2, 4] and gpus.request(1) == {"CPU": 4.0, "GPU": 1.0} and gpus.concurrent == 4
+
+
+def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import tempfile
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a loopback test cluster; nothing written to ~/.ray
+    tmp_root = tempfile.mkdtemp(prefix="tbc-", dir="/tmp")  # short: socket paths have a length limit
+    monkeypatch.setenv("RAY_TMPDIR", tmp_root)  # Ray's default /tmp/ray moves under it
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address)
+        cfg = tiny_config(space={"batch_size": [64], "num_gpus": [2]}, budget={"trials": 1, "train_samples": 1024})
+        search(cfg, tmp_path / "run", quiet=True)
+        (rec,) = _records(tmp_path / "run")
+        assert rec["status"] == "ok", rec["reason"]
+        assert len(rec["info"]["node_ids"]) == 2  # one worker on each node
+        assert rec["info"]["node_ids"] == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        import shutil
+
+        shutil.rmtree(tmp_root, ignore_errors=True)

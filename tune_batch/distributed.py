@@ -1,0 +1,122 @@
+"""Data-parallel trials: ``num_gpus`` = n > 1 workers through a Ray Train ``TorchTrainer``
+launched from the Tune trial (nccl on CUDA; gloo CPU worker processes without GPUs, so the same
+path runs everywhere).
+
+Every rank runs the same measured training (``trial.run_trial`` with ``rank``/``world``); a fault
+on any rank is raised, so Ray Train tears the whole group down at once (no rank waits in a
+collective), and the driver turns the workers' exceptions into one record: ``oom`` when any
+worker ran out of memory, ``failed`` otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tune_batch.config import Config, config_from_dict
+from tune_batch.oom import is_oom_error
+from tune_batch.trial import TrialResult, normalize_params, run_trial, skip_result
+
+
+def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
+    import ray.train
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    config = config_from_dict(loop_config["config"])
+    res = run_trial(config, loop_config["params"], trial_id=loop_config["trial_id"], threads=loop_config["threads"],
+                    run_dir=loop_config["run_dir"], validate=loop_config["validate"], rank=rank, world=world,
+                    extra=loop_config.get("extra"))
+    return res.to_record() if rank == 0 else None
+
+
+def _failures(exc: BaseException) -> list[BaseException]:
+    """The workers' own exceptions inside a Ray Train failure (pinned Ray: ``worker_failures``)."""
+    found: list[BaseException] = []
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        found.append(e)
+        wf = getattr(e, "worker_failures", None)
+        if isinstance(wf, dict):
+            stack.extend(v for v in wf.values() if isinstance(v, BaseException))
+        for attr in ("cause", "__cause__", "__context__"):
+            inner = getattr(e, attr, None)
+            if isinstance(inner, BaseException):
+                stack.append(inner)
+    return found
+
+
+def classify_failure(exc: BaseException) -> tuple[str, str]:
+    """(status, reason) of a failed worker group."""
+    errors = _failures(exc)
+    for e in errors:
+        if is_oom_error(e):
+            return "oom", f"a worker ran out of memory: {type(e).__name__}: {str(e).splitlines()[0][:250]}"
+    for e in errors[1:] + errors[:1]:  # the workers' own errors before Ray's wrapper
+        name = type(e).__name__
+        if name in ("TrialTimeout", "NonFiniteError"):
+            return "failed", str(e).splitlines()[0][:300]
+    inner = errors[1] if len(errors) > 1 else errors[0]
+    return "failed", f"worker group: {type(inner).__name__}: {str(inner).splitlines()[0][:300] if str(inner) else ''}"
+
+
+def run_data_parallel(config: Config, params: dict[str, Any], *, trial_id: Any, run_dir: str | Path,
+                      cpus_per_worker: float, threads_per_worker: int, use_gpu: bool,
+                      skip_reason: str | None = None, validate: bool = True,
+                      extra: dict[str, Any] | None = None) -> TrialResult:
+    """One ``num_gpus`` > 1 trial on a Ray Train worker group; never raises for trial faults.
+    A group still running after ``budget.trial_timeout_s`` (plus start-up slack) ends as failed."""
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    start = time.perf_counter()
+    params = normalize_params(params)
+    skipped = skip_result(config, params, trial_id, skip_reason)
+    if skipped is not None:  # the batch rules or the memory model: no group is started
+        return skipped
+    n = params["num_gpus"]
+    resources: dict[str, float] = {"CPU": cpus_per_worker}
+    if use_gpu:
+        resources["GPU"] = 1.0
+    trainer = TorchTrainer(
+        _worker_loop,
+        train_loop_config={"config": config.to_dict(), "params": params, "trial_id": trial_id,
+                           "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate, "extra": extra},
+        scaling_config=ray.train.ScalingConfig(num_workers=n, use_gpu=use_gpu, resources_per_worker=resources),
+        run_config=ray.train.RunConfig(name=f"trial-{trial_id}-{uuid.uuid4().hex[:8]}",
+                                       storage_path=str((Path(run_dir) / "ray_train").resolve()),
+                                       failure_config=ray.train.FailureConfig(max_failures=0)),
+    )
+    box: dict[str, Any] = {}
+
+    def fit() -> None:
+        try:
+            box["result"] = trainer.fit()
+        except BaseException as e:  # handed to the caller's thread below
+            box["error"] = e
+
+    thread = threading.Thread(target=fit, name=f"tune_batch-dp-{trial_id}", daemon=True)
+    thread.start()
+    thread.join(config.budget.trial_timeout_s + 60.0)  # + worker group start-up
+    info = {"world_size": n, "launcher": "ray.train.torch.TorchTrainer"}
+    took = time.perf_counter() - start
+    if thread.is_alive():
+        return TrialResult(trial_id, params, "failed", f"timeout: the {n}-worker group was still running after "
+                           f"budget.trial_timeout_s + 60 s start-up", {}, took, info)
+    if "error" in box:
+        status, reason = classify_failure(box["error"])
+        return TrialResult(trial_id, params, status, reason, {}, took, info)
+    rec = getattr(box["result"], "return_value", None)
+    if not isinstance(rec, dict):
+        return TrialResult(trial_id, params, "failed", "the worker group returned no record", {}, took, info)
+    res = TrialResult.from_record(rec)
+    return TrialResult(res.trial_id, res.params, res.status, res.reason, res.metrics, took,
+                       {**res.info, **info, "group_start_s": took - res.duration_s}, res.traceback)
