@@ -56,10 +56,10 @@ def test_resource_plan_without_gpus() -> None:
 
 
 def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
     import ray
     from ray.cluster_utils import Cluster
-
-    import tempfile
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a loopback test cluster; nothing written to ~/.ray
     tmp_root = tempfile.mkdtemp(prefix="tbc-", dir="/tmp")  # short: socket paths have a length limit
