@@ -23,7 +23,11 @@ def _study(run: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{run / 'study.db'}")
 
 
-def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path) -> None:
+def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # footprint: nothing may land in the home directory
+    had_tmp_ray = Path("/tmp/ray").exists()
     cfg = tiny_config(
         model={"name": "tests.workloads:oom_above", "kwargs": {"limit": 32}},
         space={"batch_size": [16, 64]},
@@ -68,8 +72,9 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path) -> Non
     assert front_ids and all(by_number[i].user_attrs["status"] == "ok" for i in front_ids)
     assert {r["trial_id"] for r in result.front} == front_ids
     assert len((run / "results.csv").read_text().splitlines()) == 5
-    assert not (Path.home() / "ray_results" / "tune").exists() or True  # storage is under the run dir:
-    assert (run / "ray").is_dir()
+    assert (run / "ray").is_dir()  # Tune's files are under the run directory
+    assert list(home.iterdir()) == []  # no ~/.ray/auth_token, no ~/ray_results
+    assert Path("/tmp/ray").exists() == had_tmp_ray  # Ray's temp dir was a private /tmp/tb-* one
 
 
 def _cli(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:

@@ -100,3 +100,35 @@ class _OomOnRank(nn.Module):
 def oom_on_rank(num_classes: int = 10, rank: int = 1) -> nn.Module:
     """Runs out of memory on one rank only, after a few steps: the others must not hang."""
     return _OomOnRank(num_classes, rank)
+
+
+class _Faulty(nn.Module):
+    """A different real fault for each batch size (the fault-injection search):
+    16 raises, 32 gives a NaN loss, 64 runs out of memory, 128 is slow past the timeout,
+    256 kills its own process with SIGKILL; anything else trains normally."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.net = small_cnn(num_classes, width=8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import os
+        import signal
+        import time
+
+        b = x.shape[0]
+        if b == 16:
+            raise RuntimeError("injected fault: the model raised")
+        if b == 32:
+            return self.net(x) * float("nan")
+        if b == 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. (injected)")
+        if b == 128:
+            time.sleep(1.5)
+        if b == 256:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.net(x)
+
+
+def faulty(num_classes: int = 10) -> nn.Module:
+    return _Faulty(num_classes)

@@ -42,3 +42,24 @@ def define_by_run(trial: Any, space: SpaceConfig, gpu_choices: list[int]) -> dic
     reference). Returns the Optuna trial number so records line up with ``study.db``."""
     suggest(trial, space, gpu_choices)
     return {"trial_number": trial.number}
+
+
+def ladder(space: SpaceConfig, gpu_choices: list[int] | None = None) -> list[dict[str, Any]]:
+    """Seed points: the powers-of-two ladder of batch sizes (smallest, largest and every other
+    one between), each with the learning rate scaled by the square-root rule (Goyal et al. 2017
+    use the linear rule for SGD at large batches; the square-root rule is the gentler one),
+    from the geometric middle of the lr range at the smallest batch; one worker."""
+    import math
+
+    choices = space.batch_choices()
+    picks = sorted(set(choices[::2] + [choices[-1]]))
+    lo, hi = space.lr.low, space.lr.high
+    base = math.sqrt(lo * hi)
+    n = min(gpu_choices or space.num_gpus)
+    out = []
+    for b in picks:
+        lr = min(hi, max(lo, base * math.sqrt(b / choices[0])))
+        p = {"batch_size": b, "lr": lr, "num_gpus": n}
+        if violation(p, space) is None:
+            out.append(p)
+    return out

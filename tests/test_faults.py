@@ -1,0 +1,49 @@
+"""Fault injection, for real: each trial of one search meets a different fault; the search
+finishes, every trial is one record with its status and reason, no Optuna trial stays RUNNING."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.conftest import tiny_config
+from tune_batch.runner import search
+
+EXPECTED = {
+    16: ("failed", "injected fault: the model raised"),
+    32: ("failed", "non-finite loss"),
+    64: ("oom", "OutOfMemoryError"),
+    128: ("failed", "timeout"),
+    256: ("failed", "ray:"),  # the trial's process was killed: Ray reports the dead actor
+    48: ("ok", None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path) -> None:
+    sizes = list(EXPECTED)
+    cfg = tiny_config(model={"name": "tests.workloads:faulty", "kwargs": {}}, space={"batch_size": sizes},
+                      budget={"trials": len(sizes), "train_samples": 1024, "trial_timeout_s": 3},
+                      resources={"feasibility_model": False})
+    run = tmp_path / "run"
+    storage = f"sqlite:///{tmp_path / 'faults.db'}"
+    study = optuna.create_study(study_name="faults", storage=storage, directions=cfg.directions)
+    for b in sizes:  # enqueued trials run first: one of each fault
+        study.enqueue_trial({"batch_size": b, "lr": 0.05, "num_gpus": 1})
+    search(cfg, run, storage_url=storage, study_name="faults", quiet=True)
+
+    recs = [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines()]
+    assert len(recs) == len(sizes)  # one record per trial run
+    by_batch = {r["params"]["batch_size"]: r for r in recs}
+    assert set(by_batch) == set(sizes)
+    for b, (status, words) in EXPECTED.items():
+        rec = by_batch[b]
+        assert rec["status"] == status, (b, rec["status"], rec["reason"])
+        if words:
+            assert words in rec["reason"], (b, rec["reason"])
+    states = [t.state for t in optuna.load_study(study_name="faults", storage=storage).get_trials()]
+    assert len(states) == len(sizes) and optuna.trial.TrialState.RUNNING not in states
