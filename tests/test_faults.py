@@ -17,6 +17,7 @@ EXPECTED = {
     32: ("failed", "non-finite loss"),
     64: ("oom", "OutOfMemoryError"),
     128: ("failed", "timeout"),
+    96: ("failed", "timeout: still running"),
     256: ("failed", "ray:"),  # the trial's process was killed: Ray reports the dead actor
     48: ("ok", None),
 }

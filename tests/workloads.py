@@ -105,7 +105,7 @@ def oom_on_rank(num_classes: int = 10, rank: int = 1) -> nn.Module:
 class _Faulty(nn.Module):
     """A different real fault for each batch size (the fault-injection search):
     16 raises, 32 gives a NaN loss, 64 runs out of memory, 128 is slow past the timeout,
-    256 kills its own process with SIGKILL; anything else trains normally."""
+    96 hangs for good, 256 kills its own process with SIGKILL; anything else trains normally."""
 
     def __init__(self, num_classes: int) -> None:
         super().__init__()
@@ -124,7 +124,9 @@ class _Faulty(nn.Module):
         if b == 64:
             raise torch.OutOfMemoryError("CUDA out of memory. (injected)")
         if b == 128:
-            time.sleep(1.5)
+            time.sleep(1.5)  # slow: the trial's own deadline check stops it between steps
+        if b == 96:
+            time.sleep(3600)  # hung: never returns; the watchdog must stop it
         if b == 256:
             os.kill(os.getpid(), signal.SIGKILL)
         return self.net(x)

@@ -27,7 +27,7 @@ from tune_batch import space as space_mod
 from tune_batch.config import Config
 from tune_batch.errors import DeviceMonitorError
 from tune_batch.measure.cpu import CpuUtilWindow, PeakRss
-from tune_batch.measure.memory import step_peak_bytes
+from tune_batch.measure.memory import _quiet_native_stderr, step_peak_bytes
 from tune_batch.oom import MemoryCapExceeded, cap_bytes, is_oom_error
 from tune_batch.workload import build_datasets, build_model
 
@@ -449,9 +449,10 @@ def _profile(stepper: _Stepper, config: Config, trace_dir: Path) -> float:
     trace_dir.mkdir(parents=True, exist_ok=True)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if stepper.device.type == "cuda" else [])
     n = (p.wait + p.warmup + p.active) * p.repeat
-    with profile(activities=activities, schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
-                 on_trace_ready=tensorboard_trace_handler(str(trace_dir)), record_shapes=p.record_shapes,
-                 profile_memory=p.profile_memory, with_stack=p.with_stack) as prof:
+    with _quiet_native_stderr(), profile(
+            activities=activities, schedule=schedule(wait=p.wait, warmup=p.warmup, active=p.active, repeat=p.repeat),
+            on_trace_ready=tensorboard_trace_handler(str(trace_dir)), record_shapes=p.record_shapes,
+            profile_memory=p.profile_memory, with_stack=p.with_stack) as prof:
         _sync(stepper.device)
         t0 = time.perf_counter()
         for _ in range(n):

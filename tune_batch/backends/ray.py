@@ -13,6 +13,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from tune_batch.samplers import make_sampler
 from tune_batch.space import define_by_run
 
 EXPERIMENT = "tune"
+HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
 log = logging.getLogger("tune_batch")
 
 
@@ -100,11 +102,25 @@ def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_di
                                    cpus_per_worker=plan.worker_cpus(n), threads_per_worker=plan.threads_per_worker[n],
                                    use_gpu=plan.gpus > 0, skip_reason=skip_reason)
     else:
-        from tune_batch.trial import run_trial
+        from tune_batch.trial import TrialTimeout, run_trial
 
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
-        result = run_trial(config, params, trial_id=trial_number, threads=int(cpus) if cpus else None, run_dir=run_dir,
-                           skip_reason=skip_reason)
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            box["result"] = run_trial(config, params, trial_id=trial_number, threads=int(cpus) if cpus else None,
+                                      run_dir=run_dir, skip_reason=skip_reason)
+
+        # the trial checks its deadline between steps; a step that never returns (a hung data
+        # loader, a deadlock) is caught here: raising ends the Tune trial as an error, and Ray
+        # stops its process (an errored trial's actor is not reused), hung thread and all
+        worker = threading.Thread(target=work, name=f"tune_batch-trial-{trial_number}", daemon=True)
+        worker.start()
+        worker.join(config.budget.trial_timeout_s + HANG_GRACE_S)
+        if worker.is_alive():
+            raise TrialTimeout(f"timeout: still running {config.budget.trial_timeout_s + HANG_GRACE_S:g} s after it "
+                               f"started (budget.trial_timeout_s + {HANG_GRACE_S:g} s grace); its process was stopped")
+        result = box["result"]
     record = result.to_record()
     report: dict[str, Any] = dict(zip(config.metric_names, objectives.values(config, record)))
     report.update({f"constraint_{k}": v for k, v in objectives.constraints(record).items()})
@@ -160,8 +176,21 @@ class _Records(tune.Callback):
         err = None
         with contextlib.suppress(Exception):
             err = trial.get_error()
-        reason = f"ray: {type(err).__name__}: {str(err).splitlines()[0][:300]}" if err else "ray: the trial errored"
-        self._write(_failed_record(trial, reason))
+        self._write(_failed_record(trial, _error_reason(err)))
+
+
+def _error_reason(err: BaseException | None) -> str:
+    """One line for a Ray trial error: the trial's own exception when Ray wrapped it."""
+    if err is None:
+        return "ray: the trial errored"
+    inner = getattr(err, "cause", None) or err.__cause__
+    if isinstance(inner, BaseException) and type(inner).__name__ == "TrialTimeout":
+        return str(inner).splitlines()[0][:300]
+    text = str(err).strip().splitlines()
+    last = next((line for line in reversed(text) if line.strip() and not line.startswith(" ")), text[0] if text else "")
+    if "TrialTimeout: " in last:
+        return last.split("TrialTimeout: ", 1)[1][:300]
+    return f"ray: {type(err).__name__}: {last[:300]}"
 
 
 def _failed_record(trial: Any, reason: str) -> dict[str, Any]:
