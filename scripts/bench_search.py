@@ -1,11 +1,12 @@
 """Search quality: how close each sampler gets to the full grid's Pareto front, for how much compute.
 
---measure   trains every point of the quickstart space's grid for real, once (every batch size x a
-            log grid of learning rates, num_gpus 1), and stores the records with the machine in
-            benchmarks/quickstart_grid.json. Tens of minutes on a small machine: a script, not a test.
+--measure   trains every point of the quickstart space's grid for real (every batch size x a log
+            grid of learning rates, num_gpus 1), --repeats times interleaved, and stores the median
+            record of each point with the machine in benchmarks/quickstart_grid.json. About ten
+            minutes on the 2-core machine: a script, not a test.
 (default)   replays searches against that table: a trial's result is looked up, not trained.
             Samplers: grid (Optuna's GridSampler: the grid in random order), random, tpe, nsga2, gp,
-            and tpe / gp seeded with the batch-size ladder and square-root lr scaling (+ladder);
+            and tpe seeded with the batch-size ladder and square-root lr scaling (tpe+ladder);
             each with and without the memory feasibility model, at 10 %, 25 % and 50 % of the grid,
             over --seeds seeds. Continuous learning rates are snapped to the nearest grid value (in
             log space). Under the replay's memory cap a point whose measured peak exceeds it is an
@@ -23,10 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,8 +43,6 @@ def lr_grid(low: float, high: float, n: int) -> list[float]:
 
 
 def measure(args: argparse.Namespace) -> None:
-    import os
-
     import torch
 
     from tune_batch.config import load_config
@@ -50,18 +51,32 @@ def measure(args: argparse.Namespace) -> None:
     cfg = load_config(args.config)
     lrs = lr_grid(cfg.space.lr.low, cfg.space.lr.high, args.lrs)
     points = [(b, lr) for b in cfg.space.batch_choices() for lr in lrs]
-    records = []
+    runs: dict[tuple[int, float], list[dict]] = {p: [] for p in points}
     t0 = time.time()
-    for i, (b, lr) in enumerate(points, 1):
-        res = run_trial(cfg, {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=i - 1)
-        rec = res.to_record()
-        rec["info"] = {k: rec["info"].get(k) for k in ("device", "timed_steps", "peak_mem_method", "bottleneck")}
-        rec["traceback"] = None
-        records.append(rec)
-        m = res.metrics
-        print(f"[{i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
-              f"{m.get('samples_per_s', 0):.0f} samples/s, util {m.get('device_util', 0):.3f}, val_acc {m.get('val_acc', 0):.3f}, "
-              f"peak {m.get('peak_mem_bytes', 0) / 2**20:.1f} MiB, {res.duration_s:.1f} s", flush=True)
+    # repeats are interleaved (the whole grid, then again), so slow drift of a shared machine
+    # spreads over every point instead of biasing some; each point keeps the median run
+    for rep in range(args.repeats):
+        for i, (b, lr) in enumerate(points, 1):
+            res = run_trial(cfg, {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=i - 1)
+            rec = res.to_record()
+            rec["info"] = {k: rec["info"].get(k) for k in ("device", "timed_steps", "peak_mem_method", "bottleneck")}
+            rec["traceback"] = None
+            runs[(b, lr)].append(rec)
+            m = res.metrics
+            print(f"[repeat {rep + 1}/{args.repeats}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
+                  f"{m.get('samples_per_s', 0):.0f} samples/s, util {m.get('device_util', 0):.3f}, "
+                  f"val_acc {m.get('val_acc', 0):.3f}, peak {m.get('peak_mem_bytes', 0) / 2**20:.1f} MiB, "
+                  f"{res.duration_s:.1f} s", flush=True)
+    records = []
+    for reps in runs.values():
+        ok = [r for r in reps if r["status"] == "ok"]
+        if not ok:
+            records.append({**reps[0], "repeats": len(reps)})
+            continue
+        metrics = {k: statistics.median(r["metrics"][k] for r in ok) for k in ok[0]["metrics"]}
+        records.append({**ok[0], "metrics": metrics, "duration_s": statistics.median(r["duration_s"] for r in ok),
+                        "repeats": len(reps),
+                        "samples_per_s_runs": [r["metrics"]["samples_per_s"] for r in ok]})
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text(json.dumps({
         "config": cfg.to_dict(), "lr_grid": lrs, "batch_sizes": cfg.space.batch_choices(),
@@ -70,7 +85,7 @@ def measure(args: argparse.Namespace) -> None:
                     "device": records[0]["info"].get("device") if records else None},
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": time.time() - t0, "records": records,
     }, indent=1))
-    print(f"wrote {TABLE} ({len(records)} records, {time.time() - t0:.0f} s)")
+    print(f"wrote {TABLE} ({len(records)} points x {args.repeats} repeats, {time.time() - t0:.0f} s)")
 
 
 class Replay:
@@ -149,6 +164,27 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     return front_hypervolume(found, cfg.metric_names, cfg.directions, bounds), cost
 
 
+_STATE: dict = {}
+
+
+def _init_worker(table_path: str, cap: str, bounds: list) -> None:
+    import warnings
+
+    import optuna
+
+    from tune_batch.config import parse_memory
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore")
+    _STATE["rp"] = Replay(json.loads(Path(table_path).read_text()), parse_memory(cap)[1] if cap else None)
+    _STATE["bounds"] = bounds
+
+
+def _one(task: tuple) -> tuple[float, float]:
+    name, feas, _frac, n, seed = task
+    return replay_search(_STATE["rp"], name, n, seed, feas, _STATE["bounds"])
+
+
 def replay(args: argparse.Namespace) -> None:
     import optuna
 
@@ -175,23 +211,28 @@ def replay(args: argparse.Namespace) -> None:
     print(f"table: {n_grid} points measured on {table['machine']['device']} ({table['machine']['host']}, "
           f"{table['measured_at']}); cap {args.cap}: {over} points ({over / n_grid:.0%}) over it; "
           f"full-grid hypervolume {hv_full:.4f}, compute {full_cost:.0f} trial-s")
-    print(f"{'sampler':8s} {'model':5s} {'budget':>6s} {'trials':>6s} {'hv_frac median':>14s} {'[q25, q75]':>16s} "
+    print(f"{'sampler':10s} {'model':5s} {'budget':>6s} {'trials':>6s} {'hv_frac median':>14s} {'[q25, q75]':>16s} "
           f"{'compute_frac':>12s}")
     results: dict[tuple[str, bool, float], tuple[float, float]] = {}
     t0 = time.time()
+    tasks = [(name, feas, frac, max(2, round(frac * n_grid)), seed)
+             for frac in (0.10, 0.25, 0.50) for name in args.samplers for feas in (True, False) for seed in range(args.seeds)]
+    # independent replays: spread over the cores (the GP sampler's fits dominate the time)
+    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(str(TABLE), args.cap, bounds)) as pool:
+        outs = list(pool.map(_one, tasks, chunksize=4))
+    by_key: dict[tuple[str, bool, float], list[tuple[float, float]]] = {}
+    for (name, feas, frac, _n, _seed), (hv, cost) in zip(tasks, outs):
+        by_key.setdefault((name, feas, frac), []).append((hv / hv_full, cost / full_cost))
     for frac in (0.10, 0.25, 0.50):
         n = max(2, round(frac * n_grid))
         for name in args.samplers:
             for feas in (True, False):
-                hvs, costs = [], []
-                for seed in range(args.seeds):
-                    hv, cost = replay_search(rp, name, n, seed, feas, bounds)
-                    hvs.append(hv / hv_full)
-                    costs.append(cost / full_cost)
+                hvs = [h for h, _ in by_key[(name, feas, frac)]]
+                costs = [c for _, c in by_key[(name, feas, frac)]]
                 q = statistics.quantiles(hvs, n=4) if len(hvs) > 1 else [hvs[0]] * 3
                 med, cmed = statistics.median(hvs), statistics.median(costs)
                 results[(name, feas, frac)] = (med, cmed)
-                print(f"{name:8s} {'on' if feas else 'off':5s} {frac:6.0%} {n:6d} {med:14.3f} "
+                print(f"{name:10s} {'on' if feas else 'off':5s} {frac:6.0%} {n:6d} {med:14.3f} "
                       f"{f'[{q[0]:.3f}, {q[2]:.3f}]':>16s} {cmed:12.3f}", flush=True)
     default = args.default_sampler
     hv25, c25 = results[(default, True, 0.25)]
@@ -207,9 +248,11 @@ def main() -> None:
     ap.add_argument("--measure", action="store_true", help="train the whole grid for real and store the table")
     ap.add_argument("--config", default=str(REPO / "configs/quickstart.yaml"))
     ap.add_argument("--lrs", type=int, default=6, help="learning rates in the log grid (--measure)")
+    ap.add_argument("--repeats", type=int, default=3, help="measurements of each grid point (--measure); median kept")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--cap", default="40MiB", help="memory cap of the replay ('' for none)")
-    ap.add_argument("--samplers", nargs="+", default=["grid", "random", "tpe", "nsga2", "gp", "tpe+ladder", "gp+ladder"])
+    ap.add_argument("--samplers", nargs="+", default=["grid", "random", "tpe", "nsga2", "gp", "tpe+ladder"])
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replay processes")
     ap.add_argument("--default-sampler", default="tpe")
     ap.add_argument("--table", default=None, help="the measured table (default benchmarks/quickstart_grid.json)")
     args = ap.parse_args()

@@ -87,3 +87,21 @@ def test_validate_does_not_import_torch_or_ray() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert p.stdout.strip().splitlines()[-1] == "False False"
+
+
+def test_the_bad_config_corpus_through_the_command_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every malformed config of test_config.BAD, as a user meets it: exit 2, one line naming
+    the field, no traceback, nothing written to --output."""
+    import yaml
+
+    from tests.test_config import BAD
+
+    for i, (raw, words) in enumerate(BAD):
+        cfg_path = tmp_path / f"bad{i}.yaml"
+        cfg_path.write_text(yaml.safe_dump(raw))
+        out = tmp_path / f"out{i}"
+        code, _, err = _run(capsys, "search", str(cfg_path), "--output", str(out))
+        assert code == 2, (raw, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert words[0] in err, (words[0], err)
+        assert not out.exists()

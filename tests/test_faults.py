@@ -48,3 +48,13 @@ def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path) -> None
             assert words in rec["reason"], (b, rec["reason"])
     states = [t.state for t in optuna.load_study(study_name="faults", storage=storage).get_trials()]
     assert len(states) == len(sizes) and optuna.trial.TrialState.RUNNING not in states
+
+
+def test_a_dead_data_loader_worker_is_a_failed_record() -> None:
+    from tune_batch.trial import run_trial
+
+    cfg = tiny_config(data={"name": "tests.workloads:dying_loader", "kwargs": {"n": 512}, "num_workers": 1},
+                      budget={"train_samples": 512})
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "failed"
+    assert "DataLoader worker" in res.reason and "exited unexpectedly" in res.reason

@@ -134,3 +134,25 @@ class _Faulty(nn.Module):
 
 def faulty(num_classes: int = 10) -> nn.Module:
     return _Faulty(num_classes)
+
+
+class _DyingLoaderData(torch.utils.data.Dataset):
+    def __init__(self, n: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, 16, 16, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        import os
+
+        info = torch.utils.data.get_worker_info()
+        if info is not None and i % 7 == 3:
+            os._exit(1)  # the loader worker process dies without a word
+        return self.x[i], self.y[i]
+
+
+def dying_loader(n: int = 512):
+    return _DyingLoaderData(n), _DyingLoaderData(64)
