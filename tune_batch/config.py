@@ -222,6 +222,10 @@ class SearchConfig(_Section):
     seed: int = 0
     address: str | None = None
     """null: start a local Ray instance; 'auto' or 'ray://host:port': use an existing cluster."""
+    seed_ladder: bool = True
+    """Start a new search with the batch-size ladder (smallest, every other power of two, largest)
+    at square-root-scaled learning rates, then let the sampler take over (see README: chosen
+    from scripts/bench_search.py)."""
 
 
 class ProfileConfig(_Section):

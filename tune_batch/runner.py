@@ -57,9 +57,10 @@ def open_storage(url: str) -> Any:
     return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
 
 
-def check_study(storage: Any, study_name: str, config: Config) -> None:
+def check_study(storage: Any, study_name: str, config: Config) -> bool:
     """Refuse a study whose directions differ from the objectives (OptunaSearch would silently
-    ignore them), and mark trials a dead process left RUNNING as FAIL so they are run again."""
+    ignore them), and mark trials a dead process left RUNNING as FAIL so they are run again.
+    Returns True when the study is new or empty (a fresh search: seed points are added)."""
     import optuna
 
     from tune_batch.backends.optuna import check_directions
@@ -67,10 +68,11 @@ def check_study(storage: Any, study_name: str, config: Config) -> None:
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
-        return
+        return True
     check_directions(study, config)
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return not study.trials
 
 
 def feasibility_model(config: Config, records: list[dict[str, Any]]) -> FeasibilityModel | None:
@@ -112,7 +114,7 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
     if remaining > 0:
         storage = open_storage(storage_url or run_dir.study_url)
         name = study_name or config.name
-        check_study(storage, name, config)
+        fresh = check_study(storage, name, config)
         budget = config.budget.model_copy(update={"trials": remaining})
         run_config = config.model_copy(update={"budget": budget})
         feasibility = feasibility_model(config, done)
@@ -126,12 +128,13 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
                 run_config = run_config.model_copy(update={"space": space})
 
             optuna_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
-                                      feasibility=feasibility, verbose=verbose)
+                                      feasibility=feasibility, verbose=verbose, fresh=fresh)
         else:
             from tune_batch.backends import ray as ray_backend
 
             ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
-                                   address=address or config.search.address, verbose=verbose, feasibility=feasibility)
+                                   address=address or config.search.address, verbose=verbose, feasibility=feasibility,
+                                   fresh=fresh)
     records, warnings = run_dir.records()
     report = build_report(config, records, warnings, prefer=prefer)
     write_files(report, run_dir.path)

@@ -44,7 +44,7 @@ def define_by_run(trial: Any, space: SpaceConfig, gpu_choices: list[int]) -> dic
     return {"trial_number": trial.number}
 
 
-def ladder(space: SpaceConfig, gpu_choices: list[int] | None = None) -> list[dict[str, Any]]:
+def ladder(space: SpaceConfig, gpu_choices: list[int] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     """Seed points: the powers-of-two ladder of batch sizes (smallest, largest and every other
     one between), each with the learning rate scaled by the square-root rule (Goyal et al. 2017
     use the linear rule for SGD at large batches; the square-root rule is the gentler one),
@@ -62,4 +62,12 @@ def ladder(space: SpaceConfig, gpu_choices: list[int] | None = None) -> list[dic
         p = {"batch_size": b, "lr": lr, "num_gpus": n}
         if violation(p, space) is None:
             out.append(p)
-    return out
+    return out[:limit] if limit is not None else out
+
+
+def seed_points(config: Any, gpu_choices: list[int] | None = None) -> list[dict[str, Any]]:
+    """The ladder points a new search starts with (``search.seed_ladder``), at most a third of
+    the trial budget."""
+    if not config.search.seed_ladder:
+        return []
+    return ladder(config.space, gpu_choices, limit=max(1, config.budget.trials // 3))

@@ -108,11 +108,14 @@ def create_study(config: Config, storage: Any, study_name: str) -> optuna.Study:
 
 
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
-               feasibility: FeasibilityModel | None = None, verbose: bool = False) -> None:
+               feasibility: FeasibilityModel | None = None, verbose: bool = False, fresh: bool = True) -> None:
     """Run ``config.budget.trials`` trials in this process on the stored study."""
     if not verbose:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = create_study(config, storage, study_name)
+    if fresh and not study.trials:
+        for point in space_mod.seed_points(config, [1]):
+            study.enqueue_trial(point)
     progress.say(f"optuna: in-process, sampler {config.search.sampler}, study {study_name!r}")
     objective = Objective(config, run_dir=run_dir, progress=progress, feasibility=feasibility)
     study.optimize(objective, n_trials=config.budget.trials, gc_after_trial=True)

@@ -32,7 +32,7 @@ from tune_batch.oom import FeasibilityModel
 from tune_batch.progress import Progress
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
-from tune_batch.space import define_by_run
+from tune_batch.space import define_by_run, seed_points
 
 EXPERIMENT = "tune"
 HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
@@ -335,7 +335,8 @@ def _node_cpus() -> float:
 
 
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
-               address: str | None = None, verbose: bool = False, feasibility: FeasibilityModel | None = None) -> None:
+               address: str | None = None, verbose: bool = False, feasibility: FeasibilityModel | None = None,
+               fresh: bool = True) -> None:
     """Run (or continue) the search of ``config`` on Ray Tune; records go to ``run_dir``."""
     if not verbose:
         for name in ("ray", "ray.tune", "ray.train"):
@@ -356,6 +357,7 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         gpu_choices = plan.gpu_choices
         searcher = ConstrainedOptunaSearch(
             partial(define_by_run, space=config.space, gpu_choices=gpu_choices),
+            points_to_evaluate=seed_points(config, gpu_choices) if fresh else None,
             metric=config.metric_names,
             mode=["max" if d == "maximize" else "min" for d in config.directions],
             sampler=make_sampler(config.search.sampler, config.search.seed, config.budget.trials),
