@@ -19,6 +19,9 @@ def tiny_config(**sections: dict) -> Config:
         "space": {"batch_size": {"min": 16, "max": 64}, "lr": {"low": 0.01, "high": 0.1}},
         "budget": {"trials": 4, "train_samples": 1024, "warmup_steps": 2, "trial_timeout_s": 120},
         "search": {"seed": 0},
+        # a fixed MFU peak: measuring it costs seconds in every fresh trial process; the
+        # measured path has its own tests (test_measure) and runs in the quickstart test
+        "resources": {"peak_flops": 100e9},
     }
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value

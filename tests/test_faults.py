@@ -16,7 +16,6 @@ EXPECTED = {
     16: ("failed", "injected fault: the model raised"),
     32: ("failed", "non-finite loss"),
     64: ("oom", "OutOfMemoryError"),
-    128: ("failed", "timeout"),
     96: ("failed", "timeout: still running"),
     256: ("failed", "ray:"),  # the trial's process was killed: Ray reports the dead actor
     48: ("ok", None),
@@ -28,7 +27,7 @@ EXPECTED = {
 def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path) -> None:
     sizes = list(EXPECTED)
     cfg = tiny_config(model={"name": "tests.workloads:faulty", "kwargs": {}}, space={"batch_size": sizes},
-                      budget={"trials": len(sizes), "train_samples": 1024, "trial_timeout_s": 3},
+                      budget={"trials": len(sizes), "train_samples": 1024, "trial_timeout_s": 8},
                       resources={"feasibility_model": False})
     run = tmp_path / "run"
     storage = f"sqlite:///{tmp_path / 'faults.db'}"

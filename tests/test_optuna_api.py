@@ -87,7 +87,7 @@ def test_run_trial_api(tiny) -> None:
 
 
 def _write_cfg(tmp_path: Path, backend: str, trials: int) -> Path:
-    cfg = tiny_config(search={"backend": backend, "seed": 0}, budget={"trials": trials, "train_samples": 512})
+    cfg = tiny_config(search={"backend": backend, "seed": 0}, budget={"trials": trials, "train_samples": 256})
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     return path
@@ -96,7 +96,7 @@ def _write_cfg(tmp_path: Path, backend: str, trials: int) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["optuna", pytest.param("ray", marks=pytest.mark.ray)])
 def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path, backend: str) -> None:
-    trials = 5
+    trials = 4
     cfg_path = _write_cfg(tmp_path, backend, trials)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tune_batch", "search", str(cfg_path), "--output", str(out), "--quiet"]

@@ -118,15 +118,26 @@ def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_di
         worker.start()
         worker.join(config.budget.trial_timeout_s + HANG_GRACE_S)
         if worker.is_alive():
-            raise TrialTimeout(f"timeout: still running {config.budget.trial_timeout_s + HANG_GRACE_S:g} s after it "
-                               f"started (budget.trial_timeout_s + {HANG_GRACE_S:g} s grace); its process was stopped")
+            from tune_batch.trial import TrialResult, normalize_params
+
+            reason = (f"timeout: still running {config.budget.trial_timeout_s + HANG_GRACE_S:g} s after it started "
+                      f"(budget.trial_timeout_s + {HANG_GRACE_S:g} s grace); its process was stopped")
+            hung = TrialResult(trial_number, normalize_params(params), "failed", reason, {},
+                               config.budget.trial_timeout_s + HANG_GRACE_S, {"node_ids": [], "watchdog": True})
+            tune.report(_report(config, hung.to_record()))  # the record reaches the driver first,
+            raise TrialTimeout(reason)  # then the error makes Ray discard this process, hung thread and all
         result = box["result"]
-    record = result.to_record()
+    tune.report(_report(config, result.to_record()))
+
+
+def _report(config: Config, record: dict[str, Any]) -> dict[str, Any]:
+    """What a trial reports to Tune: every objective (sentinels unless ok), the constraints,
+    the status and the whole record."""
     report: dict[str, Any] = dict(zip(config.metric_names, objectives.values(config, record)))
     report.update({f"constraint_{k}": v for k, v in objectives.constraints(record).items()})
     report["tb_status"] = record["status"]
     report["tb_record"] = json.dumps(record, default=str)
-    tune.report(report)
+    return report
 
 
 class _Records(tune.Callback):
@@ -173,16 +184,29 @@ class _Records(tune.Callback):
         self._write(rec)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        err = None
-        with contextlib.suppress(Exception):
-            err = trial.get_error()
+        last = trial.last_result or {}
+        if "tb_record" in last:  # the trial reported its record, then errored on purpose (watchdog)
+            rec = json.loads(last["tb_record"])
+            rec["ray_trial_id"] = trial.trial_id
+            self._write(rec)
+            return
+        err: Any = None
+        for getter in ("get_pickled_error", "get_error"):  # the exception, else its text trace
+            with contextlib.suppress(Exception):
+                err = err or getattr(trial, getter)()
         self._write(_failed_record(trial, _error_reason(err)))
 
 
-def _error_reason(err: BaseException | None) -> str:
+def _error_reason(err: BaseException | str | None) -> str:
     """One line for a Ray trial error: the trial's own exception when Ray wrapped it."""
     if err is None:
-        return "ray: the trial errored"
+        return "ray: the trial errored (no error was stored)"
+    if isinstance(err, str):
+        lines = [line for line in err.strip().splitlines() if line.strip()]
+        for line in reversed(lines):
+            if "TrialTimeout: " in line:
+                return line.split("TrialTimeout: ", 1)[1][:300]
+        return f"ray: {lines[-1][:300]}" if lines else "ray: the trial errored"
     inner = getattr(err, "cause", None) or err.__cause__
     if isinstance(inner, BaseException) and type(inner).__name__ == "TrialTimeout":
         return str(inner).splitlines()[0][:300]
