@@ -87,28 +87,37 @@ def _cli(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProce
 
 
 def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
+    # 4 of the quickstart's 12 trials keep the suite under 10 minutes; the whole 12-trial run is
+    # measured by hand and quoted in README
     out = tmp_path / "OUT"
-    p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--output", str(out), cwd=tmp_path)
+    p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--set", "budget.trials=4", "--output", str(out),
+             cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
-    assert len(recs) == 12
+    assert len(recs) == 4
     ok = [r for r in recs if r["status"] == "ok"]
     assert ok
     for r in ok:
         assert all(math.isfinite(r["metrics"][m]) for m in ("samples_per_s", "device_util", "val_acc"))
     pareto = json.loads((out / "pareto.json").read_text())
-    assert len(pareto["trials"]) >= 2
+    assert len(pareto["trials"]) >= 1
     assert max(r["metrics"]["val_acc"] for r in ok) > 0.8
+    for r in ok:  # the measurements every ok record carries
+        assert 0 < r["metrics"]["mfu"] and 0 < r["metrics"]["device_util"] <= 1
+        assert {"peak_mem_bytes", "data_wait_frac"} <= set(r["metrics"]) and r["info"]["bottleneck"] and r["info"]["device"]
     assert "Pareto front" in p.stdout and "recommended:" in p.stdout
-    assert "[12/12]" in p.stdout
+    assert "[4/4]" in p.stdout
+    for name in ("results.csv", "pareto.json", "best.yaml", "report.html", "study.db"):
+        assert (out / name).exists()
 
 
 def test_seed_config_offline_with_overrides(tmp_path: Path) -> None:
     out = tmp_path / "OUT2"
     p = _cli("search", str(REPO / "configs/resnet18.yaml"), "--set", "data.name=synthetic", "--set", "data.resize=32",
              "--set", "budget.trials=2", "--set", "budget.train_samples=512", "--set", "model.pretrained=false",
-             "--set", "profile.enabled=false", "--output", str(out), cwd=tmp_path)
+             "--set", "profile.enabled=false", "--set", "space.num_gpus=[1]", "--output", str(out), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
-    assert len(recs) == 2 and all(r["status"] in ("ok", "skipped") for r in recs), recs
-    assert "space.num_gpus: [4, 8] dropped" in p.stdout  # 2 CPU worker processes are all this machine gives
+    # num_gpus [1] keeps this test short: a ResNet-18 worker group costs a minute here; the
+    # filtering of [1, 2, 4, 8] to the machine is tested in test_distributed
+    assert len(recs) == 2 and all(r["status"] == "ok" for r in recs), recs
