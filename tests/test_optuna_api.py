@@ -96,7 +96,7 @@ def _write_cfg(tmp_path: Path, backend: str, trials: int) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["optuna", pytest.param("ray", marks=pytest.mark.ray)])
 def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path, backend: str) -> None:
-    trials = 4
+    trials = 3
     cfg_path = _write_cfg(tmp_path, backend, trials)
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tune_batch", "search", str(cfg_path), "--output", str(out), "--quiet"]
