@@ -84,11 +84,7 @@ def _trim_heap() -> None:
     without it a second trial in the same process reuses the first one's pages unseen."""
     gc.collect()
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        # a fixed mmap threshold (M_MMAP_THRESHOLD = -3) stops glibc from raising it after each
-        # large free, so tensor-sized blocks are mapped and unmapped and RSS follows them
-        libc.mallopt(-3, 256 * 1024)
-        libc.malloc_trim(0)
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
 
