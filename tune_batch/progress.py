@@ -19,13 +19,12 @@ class Progress:
     """Counts trials as they finish and prints ``[done/total]`` lines with the statuses so far,
     the current front size, elapsed and estimated remaining time. Quiet prints nothing."""
 
-    def __init__(self, config: Config, total: int, *, already: list[dict[str, Any]] | None = None,
-                 quiet: bool = False, stream: TextIO | None = None) -> None:
+    def __init__(self, config: Config, total: int, *, quiet: bool = False, stream: TextIO | None = None) -> None:
         self.config = config
         self.total = total
         self.quiet = quiet
         self.stream = stream or sys.stdout
-        self.records: list[dict[str, Any]] = list(already or [])
+        self.records: list[dict[str, Any]] = []  # finished trials, earlier runs' included
         self._start = time.monotonic()
         self._done_here = 0
         self.running = 0

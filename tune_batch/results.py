@@ -155,8 +155,5 @@ class RunDir:
 
 
 def _json_default(o: Any) -> Any:
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    return str(o)
+    """numpy / torch scalars as numbers; anything else (paths, devices) as text."""
+    return o.item() if hasattr(o, "item") else str(o)

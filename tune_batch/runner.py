@@ -100,15 +100,15 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
     RunDir.check_writable(run_dir.path)
     if config.search.backend == "optuna" and (address or config.search.address):
         raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
-    progress_out = Progress(config, config.budget.trials, quiet=quiet)
-    progress_out.say(f"workload: {preflight(config)}")
+    progress = Progress(config, config.budget.trials, quiet=quiet)
+    progress.say(f"workload: {preflight(config)}")
     resumed = run_dir.prepare(config, force=force)
     previous, warnings = run_dir.records()
     done = latest_per_trial(previous)
     for w in warnings:
-        progress_out.say(f"warning: {w}")
+        progress.say(f"warning: {w}")
     remaining = config.budget.trials - len(done)
-    progress = Progress(config, config.budget.trials, already=done, quiet=quiet)
+    progress.records = list(done)  # the front and counts include trials already finished
     if resumed:
         progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, {max(0, remaining)} to run")
     if remaining > 0:

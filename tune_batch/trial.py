@@ -265,7 +265,9 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
 
     if device.type == "cpu":
         _prime(config, ds.train, device, extra)
-    mem_ctx: Any = PeakRss(cap) if device.type == "cpu" else contextlib.nullcontext()
+    # the CPU peak (and cap) comes from the profiled last warm-up step; sampling RSS every step
+    # (a /proc read on the hot path, and a second, noisier cap check) only when there is none
+    mem_ctx: Any = PeakRss(cap) if device.type == "cpu" and warmup == 0 else contextlib.nullcontext()
     with mem_ctx as mem:
         model = build_model(config.model, extra).to(device)
         model.train()
