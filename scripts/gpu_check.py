@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="where the search run directory goes (default: a temp dir)")
+    ap.add_argument("--json-out", default=None, help="also write the JSON object here, after every check")
     args = ap.parse_args()
     import torch
 
@@ -45,6 +46,8 @@ def main() -> int:
             out["checks"][name] = {**fn(), "seconds": round(time.perf_counter() - t0, 1)}
         except Exception as e:  # a check that crashes is a failed check, reported with its traceback
             out["checks"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+        if args.json_out:  # a check that hangs past the caller's timeout still leaves the earlier ones
+            Path(args.json_out).write_text(json.dumps(out, indent=1, default=str))
 
     def nvml() -> dict:
         res = run_trial(config_from_dict(base), {"batch_size": 256, "lr": 0.05, "num_gpus": 1})
@@ -69,9 +72,14 @@ def main() -> int:
                                 "budget": {**base["budget"], "train_samples": 65536}})
         res = run_trial(cfg, {"batch_size": 4096, "lr": 0.01, "num_gpus": 1}, validate=False)
         m, info = res.metrics, res.info
+        from tune_batch.measure.flops import measure_peak
+
+        # the datasheet peak against what this GPU's own fp32 matmul and conv kernels reach
+        measured, rates = measure_peak(torch.device("cuda", 0), torch.float32)
         return {"ok": res.status == "ok" and 0.3 <= m.get("mfu", 0) <= 1.0, "status": res.status, "reason": res.reason,
                 "mfu": m.get("mfu"), "model_flops_per_s": m.get("model_flops_per_s"), "peak": info.get("peak_flops_per_s"),
-                "peak_source": info.get("peak_source"), "data_wait_frac": m.get("data_wait_frac")}
+                "peak_source": info.get("peak_source"), "data_wait_frac": m.get("data_wait_frac"),
+                "samples_per_s": m.get("samples_per_s"), "measured_fp32_peak": measured, "measured_rates": rates}
 
     def six_trials() -> dict:
         cfg = config_from_dict({**base, "budget": {**base["budget"], "trials": 6, "train_samples": 4096},
