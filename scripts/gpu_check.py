@@ -1,7 +1,8 @@
 """GPU checks for a CUDA machine, in at most about 5 minutes: the paths this project cannot run
 on a CPU-only machine. Prints one JSON object; exits 1 when a check fails, 2 without CUDA.
 
-1. nvml:   NVML telemetry during a real trial (device_util in (0, 1], samples at >= 10 Hz, energy)
+1. nvml:   NVML telemetry during a real trial (device_util in (0, 1], samples at >= 10 Hz, energy;
+           also how device_util was taken, and GPM SM / tensor-pipe activity where the GPU has it)
 2. oom:    a real CUDA out-of-memory under resources.device_memory, recorded as status oom
 3. mfu:    MFU of a model that is large matmuls (builtin mlp), expected between 0.3 and 1
 4. search: a 6-trial Ray Tune search on synthetic data ends with every trial recorded
@@ -57,7 +58,11 @@ def main() -> int:
         return {"ok": ok, "status": res.status, "reason": res.reason, "device_util": m.get("device_util"),
                 "nvml_samples": info.get("nvml_samples"), "samples_per_hz": rate, "energy_j_per_sample": m.get("energy_j_per_sample"),
                 "samples_per_s": m.get("samples_per_s"), "peak_mem_bytes": m.get("peak_mem_bytes"), "mfu": m.get("mfu"),
-                "bottleneck": info.get("bottleneck"), "device": info.get("device")}
+                "bottleneck": info.get("bottleneck"), "device": info.get("device"),
+                "device_util_method": info.get("device_util_method"), "device_util_polled": info.get("device_util_polled"),
+                "sm_active": info.get("sm_active"), "tensor_active": info.get("tensor_active"), "gpm": info.get("gpm"),
+                "timed_s": m.get("timed_s"), "window_extension_steps": info.get("window_extension_steps"),
+                "peak_source": info.get("peak_source")}
 
     def oom() -> dict:
         cfg = config_from_dict({**base, "data": {**base["data"], "resize": 224, "synthetic_samples": 2048},
@@ -79,7 +84,9 @@ def main() -> int:
         return {"ok": res.status == "ok" and 0.3 <= m.get("mfu", 0) <= 1.0, "status": res.status, "reason": res.reason,
                 "mfu": m.get("mfu"), "model_flops_per_s": m.get("model_flops_per_s"), "peak": info.get("peak_flops_per_s"),
                 "peak_source": info.get("peak_source"), "data_wait_frac": m.get("data_wait_frac"),
-                "samples_per_s": m.get("samples_per_s"), "measured_fp32_peak": measured, "measured_rates": rates}
+                "samples_per_s": m.get("samples_per_s"), "measured_fp32_peak": measured, "measured_rates": rates,
+                "device_util": m.get("device_util"), "sm_active": info.get("sm_active"),
+                "tensor_active": info.get("tensor_active"), "device_util_method": info.get("device_util_method")}
 
     def six_trials() -> dict:
         cfg = config_from_dict({**base, "budget": {**base["budget"], "trials": 6, "train_samples": 4096},

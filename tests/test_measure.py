@@ -10,7 +10,7 @@ import torch
 from tests.conftest import tiny_config
 from tune_batch.errors import DeviceMonitorError
 from tune_batch.measure.flops import datasheet_peak, measure_peak, model_flops_per_sample
-from tune_batch.measure.nvml import GpuSample, GpuSampler
+from tune_batch.measure.nvml import GpuSample, GpuSampler, samples_in_window
 from tune_batch.trial import bottleneck, run_trial
 
 
@@ -98,6 +98,49 @@ def test_gpu_sampler_replays_recorded_samples() -> None:
     assert s.window is not None and s.window.n_samples == 4
     assert s.window.device_util == pytest.approx(0.75)
     assert s.window.energy_j == pytest.approx(3.0)
+
+
+def test_nvml_samples_inside_the_window_only() -> None:
+    period = 1 / 6
+    # the driver's samples: busy (1.0) only from t=10 to t=12, each describing the period before it
+    samples = [(9.0 + k * period, 1.0 if 10.0 < 9.0 + k * period <= 12.0 + 1e-9 else 0.0) for k in range(25)]
+    inside, why = samples_in_window(samples, 10.0, 12.0)
+    assert why is None and len(inside) == 12 and all(v == 1.0 for v in inside)
+    # a window shorter than one sample period has no sample of its own
+    inside, why = samples_in_window(samples, 10.02, 10.1)
+    assert inside == [] and "shorter than NVML's sample period" in why
+    # timestamps on another clock are named, not silently used
+    inside, why = samples_in_window(samples, 5000.0, 5002.0)
+    assert inside == [] and "not on the host clock" in why
+
+
+def test_gpu_sampler_prefers_in_window_driver_samples() -> None:
+    # polled reads say 0.9 (they lag: the driver averages over its period); the driver's own
+    # timestamped samples inside the window say 0.5
+    def reader() -> dict:
+        return {0: GpuSample(time.perf_counter(), 0.9, 10, 300.0, None)}
+
+    def util_samples(since_s: float) -> dict:
+        now = time.time()
+        return {0: [(now - 2.0 + k * 0.05, 0.5) for k in range(60)]}
+
+    reader.util_samples = util_samples  # type: ignore[attr-defined]
+    calls = []
+    reader.gpm_begin = lambda: calls.append("begin")  # type: ignore[attr-defined]
+    reader.gpm_end = lambda: calls.append("end") or {0: {"sm_active": 0.25, "tensor_active": 0.0}}  # type: ignore[attr-defined]
+    with GpuSampler([0], interval_s=0.01, reader=reader) as s:
+        time.sleep(0.05)
+        s.mark_start()
+        time.sleep(0.3)
+        s.mark_end()
+        time.sleep(0.05)
+    w = s.window
+    assert w.polled_util == pytest.approx(0.9)
+    assert w.device_util == pytest.approx(0.5)
+    assert w.util_method.startswith("NVML utilization samples inside the window")
+    # GPM activity is read at the window's two edges, and says what utilization.gpu hides
+    assert calls == ["begin", "end"]
+    assert w.activity("sm_active") == 0.25 and w.activity("tensor_active") == 0.0 and w.gpm_note is None
 
 
 def test_gpu_sampler_turns_read_errors_into_our_error() -> None:

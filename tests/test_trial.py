@@ -32,6 +32,39 @@ def test_trial_on_digits_learns_and_measures_everything(tiny) -> None:
     assert objectives.constraints(rec) == {"memory": 0.0, "space": 0.0}
 
 
+def test_short_window_is_lengthened_without_changing_training() -> None:
+    base = tiny_config(budget={"train_samples": 512})
+    plain = run_trial(base, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    assert plain.status == "ok", plain.reason
+    assert "window_extension_steps" not in plain.info
+    want = 3 * plain.metrics["timed_s"] + 0.2
+    longer = run_trial(tiny_config(budget={"train_samples": 512, "min_window_s": want}),
+                       {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    assert longer.status == "ok", longer.reason
+    extra = longer.info["window_extension_steps"]
+    assert extra > 0
+    assert longer.metrics["timed_s"] >= 0.8 * want
+    assert longer.info["timed_steps"] == plain.info["timed_steps"] + extra
+    assert longer.metrics["samples_per_s"] == pytest.approx(longer.info["timed_samples"] / longer.metrics["timed_s"])
+    # the weights were put back: training saw exactly train_samples, as without the extension
+    assert longer.info["train_samples_done"] == plain.info["train_samples_done"] == 512
+    assert longer.metrics["val_acc"] == plain.metrics["val_acc"]
+    assert longer.info["final_loss"] == plain.info["final_loss"]
+
+
+def test_extension_steps_rule() -> None:
+    import time
+
+    from tune_batch.trial import _extension_steps
+
+    far = time.perf_counter() + 1000
+    assert _extension_steps(0.5, 10, 2.0, far, 1) == 30  # 0.05 s/step, 1.5 s to go
+    assert _extension_steps(2.5, 10, 2.0, far, 1) == 0
+    assert _extension_steps(0.5, 10, 0.0, far, 1) == 0
+    # never more than half of the time left before the trial's deadline
+    assert _extension_steps(0.5, 10, 100.0, time.perf_counter() + 2.0, 1) <= 20
+
+
 def test_equal_sample_budget_across_batch_sizes(tiny) -> None:
     a = run_trial(tiny, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
     b = run_trial(tiny, {"batch_size": 64, "lr": 0.05, "num_gpus": 1})

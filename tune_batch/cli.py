@@ -130,11 +130,19 @@ def render_probe(res: object) -> str:
     m, info = r.metrics, r.info  # type: ignore[attr-defined]
     lines = [f"trial {r.trial_id}: {r.status}" + (f" ({r.reason})" if r.reason else "")]  # type: ignore[attr-defined]
     if r.status == "ok":  # type: ignore[attr-defined]
+        window = (f"timed window: {info['timed_steps']} steps, {info['timed_samples']} samples, {m['timed_s']:.2f} s; "
+                  f"{info['warmup_steps']} warm-up steps not timed")
+        if info.get("window_extension_steps"):
+            window += (f"; {info['window_extension_steps']} of the steps only lengthen the window to "
+                       f"budget.min_window_s, the weights were restored after them")
+        util_how = info.get("device_util_method") or ("CPU time / (wall x threads)" if "device_util_raw" in info else "")
         lines += [
             f"  device            {info.get('device')}",
-            f"  samples_per_s     {m['samples_per_s']:.1f}   (timed window: {info['timed_steps']} steps, {info['timed_samples']} samples, {m['timed_s']:.2f} s; {info['warmup_steps']} warm-up steps not timed)",
+            f"  samples_per_s     {m['samples_per_s']:.1f}   ({window})",
             f"  step_time_s       {m['step_time_s'] * 1000:.2f} ms",
-            f"  device_util       {m.get('device_util', float('nan')):.3f}",
+            f"  device_util       {m.get('device_util', float('nan')):.3f}   ({util_how})",
+            *([f"  sm_active         {info['sm_active']:.3f}   (share of SMs busy over the window, NVML GPM; "
+               f"tensor pipes busy {info.get('tensor_active', float('nan')):.3f})"] if "sm_active" in info else []),
             f"  mfu               {m['mfu']:.3f}   ({m['model_flops_per_s'] / 1e9:.1f} GFLOP/s of {info['model_flops_per_sample'] / 1e9:.4f} GFLOP/sample; peak {info['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, {info['peak_source']})",
             f"  peak_mem_bytes    {m['peak_mem_bytes'] / 2**20:.1f} MiB ({info.get('peak_mem_method', '')})",
             f"  data_wait_frac    {m['data_wait_frac']:.3f}",

@@ -184,6 +184,11 @@ class BudgetConfig(_Section):
     """Training samples every trial sees, warm-up included: trials are compared at equal data."""
     warmup_steps: int = Field(3, ge=0)
     """Optimizer steps run before the timed window (they train, but are not timed)."""
+    min_window_s: float = Field(2.0, ge=0)
+    """Shortest timed window: when the budget's timed steps end sooner (fast configs, mostly on
+    GPUs), the trial times extra steps until the window is this long, for steadier samples/s and
+    enough NVML samples; the weights and optimizer state are restored afterwards, so training
+    and val_acc still see exactly ``train_samples``. 0 turns it off."""
     trial_timeout_s: float = Field(600.0, gt=0)
     """A trial still running after this many seconds ends as failed."""
 

@@ -93,6 +93,43 @@ def _cycle(loader: DataLoader, sampler: Any = None) -> Iterator[Any]:
             raise RuntimeError("the DataLoader yields no full batch: the data set is smaller than the batch")
 
 
+def _extension_steps(window_s: float, timed_steps: int, min_window_s: float, deadline: float, world: int) -> int:
+    """Extra timed steps that bring a window of ``window_s`` (``timed_steps`` steps) up to
+    ``min_window_s``, leaving half of the time to the deadline untouched. The same count on
+    every rank (the slowest rank's window decides), or data-parallel steps would not pair up."""
+    if min_window_s <= 0:
+        return 0
+    if world > 1:
+        window_s = _all_reduce([window_s], ["max"])[0]
+    if window_s >= min_window_s:
+        return 0
+    step_s = max(window_s / max(timed_steps, 1), 1e-6)
+    room_s = max(0.0, (deadline - time.perf_counter()) / 2)
+    n = math.ceil(min(min_window_s - window_s, room_s) / step_s)
+    if world > 1:
+        n = int(_all_reduce([float(n)], ["min"])[0])
+    return max(0, n)
+
+
+def _snapshot(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Weights, buffers and optimizer state, copied to host memory (no device memory taken)."""
+    def host(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach().to("cpu", copy=True)
+        if isinstance(x, dict):
+            return {k: host(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return type(x)(host(v) for v in x)
+        return x
+
+    return host(model.state_dict()), host(opt.state_dict())
+
+
+def _restore(model: nn.Module, opt: torch.optim.Optimizer, saved: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    model.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])  # moves the state to each parameter's device
+
+
 def _node_id() -> str:
     """The Ray node this process runs on (its hostname outside Ray)."""
     import sys
@@ -114,14 +151,15 @@ def _barrier(world: int) -> None:
 
 
 def _all_reduce(values: list[float], ops: list[str]) -> list[float]:
-    """Combine one number per rank: "max", "sum" or "mean" (gloo and nccl alike)."""
+    """Combine one number per rank: "max", "min", "sum" or "mean" (gloo and nccl alike)."""
     dist = torch.distributed
     world = dist.get_world_size()
     backend_device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     out = []
     for v, op in zip(values, ops):
         t = torch.tensor([v], dtype=torch.float64, device=backend_device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        red = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+        dist.all_reduce(t, op=red)
         out.append(float(t.item()) / (world if op == "mean" else 1))
     return out
 
@@ -308,22 +346,49 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         stepper.wait_s = 0.0
         cpu.start()
         with gpu_ctx as gpu:
+            if gpu is not None:
+                gpu.mark_start()
             t0 = time.perf_counter()
             for _ in range(timed_steps):
                 stepper.step()
             _sync(device)
             _barrier(world)
             t1 = time.perf_counter()
+            # the peak of the budget's own steps, before any snapshot could add to it
+            cuda_peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+            window_s = t1 - t0
+            extra_steps = _extension_steps(window_s, timed_steps, budget.min_window_s, deadline, world)
+            if extra_steps:
+                # a short window: time more steps, then put the weights back so that training
+                # (and val_acc) still sees exactly train_samples; the copy is outside the window
+                stepper.check_loss()
+                budget_loss = stepper.last_loss
+                saved = _snapshot(model, opt)
+                _sync(device)
+                _barrier(world)
+                t2 = time.perf_counter()
+                for _ in range(extra_steps):
+                    stepper.step()
+                _sync(device)
+                _barrier(world)
+                window_s += time.perf_counter() - t2
+            if gpu is not None:
+                gpu.mark_end()
         cpu_window = cpu.stop()
         wait_s = stepper.wait_s
         stepper.check_loss()
+        if extra_steps:
+            _restore(model, opt, saved)
+            del saved
+            stepper.last_loss = budget_loss
+            info["window_extension_steps"] = extra_steps
 
         if prof_steps:
             info["trace_dir"] = str(trace_dir)
             info["profile_step_s"] = _profile(stepper, config, trace_dir)  # type: ignore[arg-type]
 
-        if device.type == "cuda":
-            peak = int(torch.cuda.max_memory_allocated(device))
+        if cuda_peak is not None:
+            peak = cuda_peak
             info["peak_mem_method"] = "torch.cuda.max_memory_allocated"
         elif step_peak is not None:
             peak = step_peak
@@ -333,8 +398,8 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         _check_bn(model)
         val_acc = _evaluate(model, ds.val, device, batch) if validate and rank == 0 else float("nan")
 
-    window_s = t1 - t0
-    timed_samples = timed_steps * global_batch
+    measured_steps = timed_steps + extra_steps
+    timed_samples = measured_steps * global_batch
     if world > 1:
         # the slowest rank's window, the largest rank's peak, the mean wait: the group's figures
         window_s, peak, wait_s = _all_reduce([window_s, float(peak), wait_s], ["max", "max", "mean"])
@@ -350,6 +415,15 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     if device.type == "cuda":
         window = getattr(gpu, "window", None)
         util = getattr(window, "device_util", None)
+        if window is not None:
+            info["device_util_method"] = window.util_method
+            if window.polled_util is not None:
+                info["device_util_polled"] = window.polled_util
+            for name in ("sm_active", "tensor_active"):
+                if window.activity(name) is not None:
+                    info[name] = window.activity(name)
+            if window.gpm_note:
+                info["gpm"] = window.gpm_note
         energy = getattr(window, "energy_j", None)
         if energy is not None:
             metrics_energy = energy / timed_samples
@@ -360,7 +434,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         info["device_util_raw"] = cpu_window.util_raw
     if world > 1 and util is not None:
         util = _all_reduce([float(util)], ["mean"])[0]
-    info.update(steps=total_steps, warmup_steps=warmup, timed_steps=timed_steps, timed_samples=timed_samples,
+    info.update(steps=total_steps, warmup_steps=warmup, timed_steps=measured_steps, timed_samples=timed_samples,
                 profiled_steps=prof_steps, train_samples_done=total_steps * global_batch, world_size=world,
                 final_loss=stepper.last_loss)
     metrics = {
@@ -368,7 +442,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         "peak_mem_bytes": float(peak),
         "data_wait_frac": min(1.0, wait_s / window_s),
         "timed_s": window_s,
-        "step_time_s": window_s / timed_steps,
+        "step_time_s": window_s / measured_steps,
     }
     if util is not None:
         metrics["device_util"] = float(util)
@@ -383,7 +457,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     return metrics
 
 
-_FLOPS_CACHE: dict[Any, float] = {}
+_FLOPS_CACHE: dict[Any, tuple[float, bool]] = {}
 
 
 def _mfu(config: Config, extra: dict[str, Any] | None, sample_shape: Any, device: torch.device, threads: int,
@@ -394,16 +468,18 @@ def _mfu(config: Config, extra: dict[str, Any] | None, sample_shape: Any, device
     key = (config.model.model_dump_json(), tuple(sample_shape), repr(sorted((extra or {}).items())))
     if key not in _FLOPS_CACHE:
         counted = None
+        model = build_model(config.model, extra)
+        has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
         try:  # on the meta device nothing is computed or allocated
-            counted = model_flops_per_sample(build_model(config.model, extra).to("meta"), tuple(sample_shape), "meta")
+            counted = model_flops_per_sample(model.to("meta"), tuple(sample_shape), "meta")
         except Exception:  # some ops have no meta kernel: count on the CPU instead
             counted = model_flops_per_sample(build_model(config.model, extra), tuple(sample_shape), "cpu")
-        _FLOPS_CACHE[key] = counted
-    per_sample = _FLOPS_CACHE[key]
+        _FLOPS_CACHE[key] = (counted, has_conv)
+    per_sample, has_conv = _FLOPS_CACHE[key]
     run_dir = trace_dir.parent.parent if trace_dir is not None else None
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{threads} threads"
     peak = resolve_peak(device, name, torch.get_default_dtype(), config_peak=config.resources.peak_flops,
-                        cache_dir=run_dir, host=socket.gethostname())
+                        cache_dir=run_dir, host=socket.gethostname(), has_conv=has_conv)
     world = int(info.get("world_size", 1))
     metrics["model_flops_per_s"] = per_sample * sps
     metrics["mfu"] = per_sample * sps / (peak.flops_per_s * world)

@@ -2,6 +2,16 @@
 
 A background thread samples utilization.gpu, memory used and power of exactly the trial's
 GPUs at ``interval_s`` (default 20 Hz). NVML errors become DeviceMonitorError with the cause.
+
+``utilization.gpu`` as read by polling is the driver's latest value, averaged over its own
+sample period (1/6 s to 1 s by product), so a poll just inside the window still describes time
+before it. Where the driver keeps its utilization samples with timestamps
+(``nvmlDeviceGetSamples``), ``device_util`` is the mean of the samples whose whole period lies
+inside the timed window; the polled mean is kept beside it, and used when there are none.
+
+What utilization.gpu hides (it reads 100 % when one tiny kernel is always running) is shown,
+where the GPU has GPU Performance Monitoring (Hopper and newer), by the share of SMs busy
+(``sm_active``) and of time any tensor pipe is busy (``tensor_active``) over exactly the window.
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tune_batch.errors import DeviceMonitorError
 
@@ -25,14 +36,38 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class GpuWindow:
-    """Samples of one window, per GPU. ``device_util`` is the mean over GPUs and samples."""
+    """Samples of one window, per GPU. ``device_util`` is the mean over GPUs and samples: of
+    the driver's timestamped utilization samples inside the window where there are any
+    (``in_window``), else of the polled reads."""
 
     samples: dict[int, list[GpuSample]]
+    in_window: dict[int, list[float]] | None = None
+    note: str | None = None
+    gpm: dict[int, dict[str, float]] | None = None  # SM / tensor-pipe activity over the window
+    gpm_note: str | None = None
+
+    def activity(self, name: str) -> float | None:
+        """Mean over GPUs of a GPM activity (``sm_active``, ``tensor_active``), or None."""
+        vals = [per[name] for per in (self.gpm or {}).values() if name in per]
+        return sum(vals) / len(vals) if vals and len(vals) == len(self.gpm or {}) else None
+
+    @property
+    def polled_util(self) -> float | None:
+        vals = [s.util_frac for per in self.samples.values() for s in per]
+        return sum(vals) / len(vals) if vals else None
 
     @property
     def device_util(self) -> float | None:
-        vals = [s.util_frac for per in self.samples.values() for s in per]
-        return sum(vals) / len(vals) if vals else None
+        vals = [v for per in (self.in_window or {}).values() for v in per]
+        return sum(vals) / len(vals) if vals else self.polled_util
+
+    @property
+    def util_method(self) -> str:
+        n = sum(len(v) for v in (self.in_window or {}).values())
+        if n:
+            return f"NVML utilization samples inside the window ({n})"
+        why = f"; {self.note}" if self.note else ""
+        return f"polled utilization.gpu ({self.n_samples} reads){why}"
 
     @property
     def energy_j(self) -> float | None:
@@ -90,7 +125,106 @@ def _nvml_reader(torch_indices: list[int]) -> Callable[[], dict[int, GpuSample]]
             raise DeviceMonitorError(f"NVML read failed: {e}") from e
         return out
 
+    def util_samples(since_s: float) -> dict[int, list[tuple[float, float]]]:
+        """The driver's utilization samples since ``since_s`` (host epoch seconds) per GPU, as
+        (timestamp s, fraction)."""
+        out: dict[int, list[tuple[float, float]]] = {}
+        for i, h in handles.items():
+            try:
+                _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, int(since_s * 1e6))
+            except pynvml.NVMLError as e:
+                if "not found" in str(e).lower():  # no sample since then
+                    out[i] = []
+                    continue
+                raise DeviceMonitorError(f"NVML utilization samples unavailable: {e}") from e
+            out[i] = [(x.timeStamp / 1e6, x.sampleValue.uiVal / 100.0) for x in samples]
+        return out
+
+    gpm: dict[int, Any] = {}
+
+    def gpm_begin() -> str | None:
+        """Take a GPU Performance Monitoring sample of each GPU (Hopper and newer); returns why
+        not where GPM is unavailable."""
+        gpm.clear()
+        try:
+            for i, h in handles.items():
+                if not pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+                    return "GPM not supported on this GPU"
+                sample = pynvml.nvmlGpmSampleAlloc()
+                pynvml.nvmlGpmSampleGet(h, sample)
+                gpm[i] = sample
+        except (pynvml.NVMLError, AttributeError) as e:
+            _free(gpm.values())
+            gpm.clear()
+            return f"GPM unavailable: {e}"
+        return None
+
+    def gpm_end() -> dict[int, dict[str, float]]:
+        """SM and tensor-pipe activity (fractions) between ``gpm_begin`` and now, per GPU."""
+        out: dict[int, dict[str, float]] = {}
+        ends = []
+        try:
+            for i, start in gpm.items():
+                end = pynvml.nvmlGpmSampleAlloc()
+                ends.append(end)
+                pynvml.nvmlGpmSampleGet(handles[i], end)
+                get = pynvml.c_nvmlGpmMetricsGet_t()
+                get.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+                get.numMetrics = len(_GPM_METRICS)
+                get.sample1, get.sample2 = start, end
+                for k, (metric_id, _) in enumerate(_GPM_METRICS):
+                    get.metrics[k].metricId = metric_id
+                pynvml.nvmlGpmMetricsGet(get)
+                out[i] = {name: get.metrics[k].value / 100.0 for k, (_, name) in enumerate(_GPM_METRICS)
+                          if get.metrics[k].nvmlReturn == pynvml.NVML_SUCCESS}
+        except pynvml.NVMLError as e:
+            raise DeviceMonitorError(f"GPM read failed: {e}") from e
+        finally:
+            _free([*gpm.values(), *ends])
+            gpm.clear()
+        return out
+
+    def _free(samples: Any) -> None:
+        for x in list(samples):
+            try:
+                pynvml.nvmlGpmSampleFree(x)
+            except pynvml.NVMLError:
+                pass
+
+    read.util_samples = util_samples  # type: ignore[attr-defined]
+    read.gpm_begin = gpm_begin  # type: ignore[attr-defined]
+    read.gpm_end = gpm_end  # type: ignore[attr-defined]
     return read
+
+
+def _gpm_metric_ids() -> list[tuple[int, str]]:
+    try:
+        import pynvml
+
+        return [(pynvml.NVML_GPM_METRIC_SM_UTIL, "sm_active"), (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "tensor_active")]
+    except (ImportError, AttributeError):
+        return []
+
+
+_GPM_METRICS = _gpm_metric_ids()
+
+
+def samples_in_window(samples: list[tuple[float, float]], start_s: float, end_s: float) -> tuple[list[float], str | None]:
+    """Utilization values whose sample period lies inside [start_s, end_s]. The period is the
+    median gap between the driver's timestamps (each sample describes the period ending at its
+    timestamp). Returns the values and, when none fit, why."""
+    ts = sorted(samples)
+    if len(ts) < 2:
+        return [], "too few NVML utilization samples"
+    gaps = sorted(b[0] - a[0] for a, b in zip(ts, ts[1:]))
+    period = gaps[len(gaps) // 2]
+    slack = 0.1 * period
+    inside = [v for t, v in ts if t - period >= start_s - slack and t <= end_s + slack]
+    if inside:
+        return inside, None
+    if not any(start_s - 10 <= t <= end_s + 10 for t, _ in ts):
+        return [], "NVML sample timestamps are not on the host clock"
+    return [], f"window ({end_s - start_s:.2f} s) shorter than NVML's sample period ({period:.2f} s)"
 
 
 class GpuSampler:
@@ -102,6 +236,12 @@ class GpuSampler:
     def __init__(self, torch_indices: list[int], interval_s: float = 0.05,
                  reader: Callable[[], dict[int, GpuSample]] | None = None) -> None:
         self._read = reader or _nvml_reader(torch_indices)
+        self._util_samples = getattr(self._read, "util_samples", None)
+        self._gpm_begin = getattr(self._read, "gpm_begin", None)
+        self._gpm_end = getattr(self._read, "gpm_end", None)
+        self._gpm_note: str | None = None if self._gpm_begin else "GPM not read"
+        self._gpm: dict[int, dict[str, float]] | None = None
+        self._marks: list[tuple[float, float]] = []  # (perf_counter, epoch) at the window's edges
         self.interval_s = interval_s
         self._samples: dict[int, list[GpuSample]] = {i: [] for i in torch_indices}
         self._stop = threading.Event()
@@ -119,6 +259,21 @@ class GpuSampler:
                 return
             self._stop.wait(self.interval_s)
 
+    def mark_start(self) -> None:
+        """The timed window starts now (after the device was synchronised)."""
+        if self._gpm_begin is not None:
+            self._gpm_note = self._gpm_begin()
+        self._marks = [(time.perf_counter(), time.time())]
+
+    def mark_end(self) -> None:
+        """The timed window ended now: polled reads outside the marks are dropped."""
+        self._marks.append((time.perf_counter(), time.time()))
+        if self._gpm_end is not None and self._gpm_note is None:
+            try:
+                self._gpm = self._gpm_end()
+            except DeviceMonitorError as e:
+                self._gpm_note = str(e)
+
     def __enter__(self) -> GpuSampler:
         self._thread.start()
         return self
@@ -128,4 +283,21 @@ class GpuSampler:
         self._thread.join()
         if self._error is not None:
             raise DeviceMonitorError(f"GPU sampling failed: {self._error}") from self._error
-        self.window = GpuWindow(self._samples)
+        samples, in_window, note = self._samples, None, None
+        if len(self._marks) == 2:
+            (p0, e0), (p1, e1) = self._marks
+            kept = {i: [s for s in per if p0 <= s.t_s <= p1] for i, per in samples.items()}
+            if all(kept.values()):  # a window shorter than the poll interval keeps all reads
+                samples = kept
+            if self._util_samples is not None and exc[0] is None:
+                try:
+                    raw = self._util_samples(e0 - 5.0)
+                    in_window = {}
+                    for i, per in raw.items():
+                        in_window[i], why = samples_in_window(per, e0, e1)
+                        note = note or why
+                    if not all(in_window.values()):
+                        in_window = None
+                except DeviceMonitorError as e:
+                    note = str(e)
+        self.window = GpuWindow(samples, in_window, note, self._gpm, self._gpm_note)
