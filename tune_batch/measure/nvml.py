@@ -262,7 +262,10 @@ class GpuSampler:
     def mark_start(self) -> None:
         """The timed window starts now (after the device was synchronised)."""
         if self._gpm_begin is not None:
-            self._gpm_note = self._gpm_begin()
+            try:  # optional telemetry: a failure is noted in the record, never fails the trial
+                self._gpm_note = self._gpm_begin()
+            except Exception as e:
+                self._gpm_note = f"GPM unavailable: {type(e).__name__}: {e}"
         self._marks = [(time.perf_counter(), time.time())]
 
     def mark_end(self) -> None:
@@ -271,8 +274,8 @@ class GpuSampler:
         if self._gpm_end is not None and self._gpm_note is None:
             try:
                 self._gpm = self._gpm_end()
-            except DeviceMonitorError as e:
-                self._gpm_note = str(e)
+            except Exception as e:  # optional telemetry, as above
+                self._gpm_note = str(e) if isinstance(e, DeviceMonitorError) else f"GPM read failed: {type(e).__name__}: {e}"
 
     def __enter__(self) -> GpuSampler:
         self._thread.start()
@@ -298,6 +301,6 @@ class GpuSampler:
                         note = note or why
                     if not all(in_window.values()):
                         in_window = None
-                except DeviceMonitorError as e:
-                    note = str(e)
+                except Exception as e:  # fall back to the polled reads, saying why
+                    note = str(e) if isinstance(e, DeviceMonitorError) else f"NVML utilization samples unavailable: {type(e).__name__}: {e}"
         self.window = GpuWindow(samples, in_window, note, self._gpm, self._gpm_note)
