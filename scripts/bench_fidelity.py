@@ -1,16 +1,16 @@
 """How faithful is a trial's throughput? A trial's ``samples_per_s`` against a steady-state run of
 the same config ten times longer, and the timed window with the profiler on against off.
 
-Trial vs 10x longer: runs interleaved (trial, long, trial, long, ...) so slow drift of the
-machine hits both alike; medians over ``--repeats``.
-Profiler on vs off: ``--pairs`` adjacent pairs, the order alternating (on/off, off/on, ...); each
-pair gives a ratio, and the median ratio is the estimate, so drift slower than a pair cancels.
+Both comparisons run as adjacent pairs, the order alternating (A/B, B/A, ...); each pair gives a
+ratio and the median ratio is the estimate, so drift of the machine slower than one pair cancels
+(on a noisy host, or a launch-bound GPU config whose speed follows the host CPU, separate
+medians of A and B can differ by more than the effect measured).
 
-sps_rel_err       = |median sps(trial) - median sps(10x longer)| / median sps(10x longer)
+sps_rel_err       = |median over pairs of sps(trial) / sps(10x longer) - 1|
 profiler_overhead = |median over pairs of sps(profiling on) / sps(profiling off) - 1|
                     (the timed window only: the profiled steps run after it)
 
-Usage: python scripts/bench_fidelity.py [--config C] [--batch-size 64] [--lr 0.05] [--repeats 3] [--pairs 7]
+Usage: python scripts/bench_fidelity.py [--config C] [--batch-size 64] [--lr 0.05] [--repeats 5] [--pairs 7]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "configs/quickstart.yaml"))
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--repeats", type=int, default=3, help="trial / 10x-longer repeats (default 3)")
+    ap.add_argument("--repeats", type=int, default=5, help="trial / 10x-longer pairs (default 5)")
     ap.add_argument("--pairs", type=int, default=7, help="profiler on/off pairs (default 7)")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
@@ -57,27 +57,30 @@ def main() -> None:
                   f"{res.info['device']}", flush=True)
             return res.metrics["samples_per_s"]
 
-        trial, long_ = [], []
-        for rep in range(args.repeats):
-            trial.append(sps("trial", cfg, rep))
-            long_.append(sps("10x longer", longer, rep))
-        ratios = []
-        for rep in range(args.pairs):
-            if rep % 2 == 0:
-                on = sps("profiler on", prof_on, rep)
-                off = sps("profiler off", prof_off, rep)
-            else:
-                off = sps("profiler off", prof_off, rep)
-                on = sps("profiler on", prof_on, rep)
-            ratios.append(on / off)
+        def pairs(n: int, a: tuple, b: tuple) -> tuple[list[float], list[float], list[float]]:
+            xs, ys, ratios = [], [], []
+            for rep in range(n):
+                if rep % 2 == 0:
+                    x = sps(a[0], a[1], rep)
+                    y = sps(b[0], b[1], rep)
+                else:
+                    y = sps(b[0], b[1], rep)
+                    x = sps(a[0], a[1], rep)
+                xs.append(x)
+                ys.append(y)
+                ratios.append(x / y)
+            return xs, ys, ratios
 
-    med_t, med_l = statistics.median(trial), statistics.median(long_)
-    rel = abs(med_t - med_l) / med_l
-    prof = abs(statistics.median(ratios) - 1.0)
-    print(f"median trial       : {med_t:9.1f} samples/s (min {min(trial):.1f}, max {max(trial):.1f})")
-    print(f"median 10x longer  : {med_l:9.1f} samples/s (min {min(long_):.1f}, max {max(long_):.1f})")
-    print(f"profiler on/off    : median ratio {statistics.median(ratios):.4f} over {len(ratios)} pairs "
-          f"(min {min(ratios):.4f}, max {max(ratios):.4f})")
+        trial, long_, r_len = pairs(args.repeats, ("trial", cfg), ("10x longer", longer))
+        on, off, r_prof = pairs(args.pairs, ("profiler on", prof_on), ("profiler off", prof_off))
+
+    rel = abs(statistics.median(r_len) - 1.0)
+    prof = abs(statistics.median(r_prof) - 1.0)
+    for name, xs in (("trial", trial), ("10x longer", long_), ("profiler on", on), ("profiler off", off)):
+        print(f"median {name:12s}: {statistics.median(xs):9.1f} samples/s (min {min(xs):.1f}, max {max(xs):.1f})")
+    for name, rs in (("trial / 10x longer", r_len), ("profiler on / off", r_prof)):
+        print(f"{name:19s}: median ratio {statistics.median(rs):.4f} over {len(rs)} pairs "
+              f"(min {min(rs):.4f}, max {max(rs):.4f})")
     if step_overhead:
         print(f"inside the profiled steps themselves the profiler costs {statistics.median(step_overhead):+.1%} per step "
               f"(kept out of the timed window)")

@@ -65,7 +65,9 @@ def test_quickstart_like_record_carries_every_measurement(tiny) -> None:
     for key in ("samples_per_s", "device_util", "mfu", "peak_mem_bytes", "data_wait_frac"):
         assert key in res.metrics
     assert 0 < res.metrics["mfu"] <= 1 and 0 < res.metrics["device_util"] <= 1
-    assert res.info["bottleneck"] in ("compute-bound", "input-bound") and res.info["device"]
+    assert res.info["bottleneck"] in ("compute-bound", "input-bound", "launch-bound") and res.info["device"]
+    if not torch.cuda.is_available():
+        assert res.info["bottleneck"] != "launch-bound"  # a CUDA-only verdict
 
 
 def test_a_slow_dataset_is_input_bound() -> None:

@@ -3,8 +3,11 @@
 ``model_flops_per_sample``: counted with ``torch.utils.flop_counter.FlopCounterMode`` over one
 forward and backward pass (a matmul of m x k x n counts 2mkn).
 
-Peak FLOP/s, in order: the datasheet figure of a known GPU (dense, no sparsity), a figure
-measured once per machine and dtype (cached in the run directory), or ``resources.peak_flops``.
+Peak FLOP/s, in order: ``resources.peak_flops`` when the config sets it (an explicit figure
+wins: a power-capped or partitioned GPU is slower than its datasheet), the datasheet figure of a
+known GPU (dense, no sparsity; not for MIG slices, which have a fraction of the SMs), or a figure
+measured once per machine and dtype (cached in the run directory). On CUDA, fp32 work that torch
+lets run as TF32 is held against the TF32 peak (see ``compute_dtype_name``).
 The measured peak takes the best of several runs over several sizes of the kernels models
 spend their time in: matmul and 3x3 convolution, forward and backward. Convolution libraries
 can execute fewer operations than the nominal count (Winograd, FFT), so a model can still
@@ -136,12 +139,12 @@ def resolve_peak(device: Any, device_name: str, dtype: Any, *, config_peak: floa
     import torch
 
     dtype_name = compute_dtype_name(device, dtype, has_conv)
-    if device.type == "cuda":
+    if config_peak:
+        return Peak(float(config_peak), "config: resources.peak_flops")
+    if device.type == "cuda" and "mig" not in device_name.lower():
         sheet = datasheet_peak(device_name, dtype_name)
         if sheet is not None:
             return sheet
-    if config_peak:
-        return Peak(float(config_peak), "config: resources.peak_flops")
     key = f"{host}|{device_name}|{dtype_name}|{torch.get_num_threads() if device.type == 'cpu' else ''}"
     if key in _MEASURED:
         return _MEASURED[key]
