@@ -79,6 +79,9 @@ def main() -> None:
     rel = abs(med(trial) - med(long_)) / med(long_)
     prof = abs(med(on) - med(off)) / med(off)
     rel_p, prof_p = abs(med(r_len) - 1.0), abs(med(r_prof) - 1.0)
+    # the noise floor: how much identical short trials differ from run to run on this machine
+    noise = max(statistics.stdev(xs) / statistics.mean(xs) for xs in (trial, off) if len(xs) > 1) \
+        if max(len(trial), len(off)) > 1 else float("nan")
     for name, xs in (("trial", trial), ("10x longer", long_), ("profiler on", on), ("profiler off", off)):
         print(f"median {name:12s}: {statistics.median(xs):9.1f} samples/s (min {min(xs):.1f}, max {max(xs):.1f})")
     for name, rs in (("trial / 10x longer", r_len), ("profiler on / off", r_prof)):
@@ -90,8 +93,10 @@ def main() -> None:
     print(f"config {Path(args.config).name}: batch_size {args.batch_size}, lr {args.lr}, {n} samples per trial, "
           f"budget.min_window_s {cfg.budget.min_window_s}; trial vs 10x longer: {rel:.1%}; "
           f"timed window with profiling on vs off: {prof:.1%} (paired: {rel_p:.1%} and {prof_p:.1%})")
+    print(f"run-to-run spread of identical short trials (coefficient of variation, the larger of trial and "
+          f"profiler off): {noise:.1%}; differences well inside it are noise, not an effect")
     print(f"RESULT sps_rel_err={rel:.4f} profiler_overhead={prof:.4f} sps_rel_err_paired={rel_p:.4f} "
-          f"profiler_overhead_paired={prof_p:.4f}")
+          f"profiler_overhead_paired={prof_p:.4f} noise_cv={noise:.4f}")
 
 
 if __name__ == "__main__":
