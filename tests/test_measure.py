@@ -100,6 +100,7 @@ def test_gpu_sampler_replays_recorded_samples() -> None:
     assert s.window is not None and s.window.n_samples == 4
     assert s.window.device_util == pytest.approx(0.75)
     assert s.window.energy_j == pytest.approx(3.0)
+    assert s.window.power_w == pytest.approx(300.0) and s.window.mem_used_max_bytes == 10
 
 
 def test_nvml_samples_inside_the_window_only() -> None:

@@ -146,6 +146,8 @@ def render_probe(res: object) -> str:
             f"  mfu               {m['mfu']:.3f}   ({m['model_flops_per_s'] / 1e9:.1f} GFLOP/s of {info['model_flops_per_sample'] / 1e9:.4f} GFLOP/sample; peak {info['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, {info['peak_source']})",
             f"  peak_mem_bytes    {m['peak_mem_bytes'] / 2**20:.1f} MiB ({info.get('peak_mem_method', '')})",
             f"  data_wait_frac    {m['data_wait_frac']:.3f}",
+            *([f"  energy            {m['energy_j_per_sample']:.5f} J/sample   (NVML total-energy counter over the window; "
+               f"mean power {info.get('power_w') or float('nan'):.0f} W)"] if "energy_j_per_sample" in m else []),
             f"  val_acc           {m.get('val_acc', float('nan')):.4f}",
             f"  bottleneck        {info['bottleneck']}: {info['suggestion']}",
         ]

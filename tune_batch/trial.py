@@ -417,6 +417,8 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
         util = getattr(window, "device_util", None)
         if window is not None:
             info["device_util_method"] = window.util_method
+            info["power_w"] = window.power_w
+            info["nvml_mem_used_max_bytes"] = window.mem_used_max_bytes
             if window.polled_util is not None:
                 info["device_util_polled"] = window.polled_util
             for name in ("sm_active", "tensor_active"):

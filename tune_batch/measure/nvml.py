@@ -82,6 +82,24 @@ class GpuWindow:
         return total if self.samples else None
 
     @property
+    def power_w(self) -> float | None:
+        """Mean board power over the window, summed over GPUs; None when a GPU reports none."""
+        total = 0.0
+        for per in self.samples.values():
+            p = [s.power_w for s in per if s.power_w is not None]
+            if not p:
+                return None
+            total += sum(p) / len(p)
+        return total if self.samples else None
+
+    @property
+    def mem_used_max_bytes(self) -> int | None:
+        """The most device memory NVML saw in use on any of the GPUs (CUDA context and other
+        processes included, unlike the allocator's peak)."""
+        vals = [s.mem_used_bytes for per in self.samples.values() for s in per]
+        return max(vals) if vals else None
+
+    @property
     def n_samples(self) -> int:
         return sum(len(v) for v in self.samples.values())
 
