@@ -143,7 +143,7 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
 
         for point in ladder(cfg.space)[:n_trials]:
             study.enqueue_trial(point)
-    model = FeasibilityModel(rp.cap, cfg.resources.memory_margin) if feasibility else None
+    model = FeasibilityModel(rp.cap) if feasibility else None
     found, cost = [], 0.0
     for _ in range(n_trials):
         trial = study.ask()

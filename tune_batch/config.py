@@ -199,7 +199,8 @@ class ResourcesConfig(_Section):
     cpus_per_trial: Literal["auto"] | int = "auto"
     """CPUs a one-worker trial asks Ray for; auto: all of a node's CPUs when there is no GPU."""
     memory_margin: float = Field(0.1, ge=0.0, lt=1.0)
-    """Safety margin under the cap used when predicting whether a batch fits."""
+    """Safety margin under the cap for ``max-batch``'s answer (the search's feasibility model
+    skips only configs predicted over the cap itself)."""
     peak_flops: float | None = Field(None, gt=0)
     """Peak FLOP/s of one device for MFU, when it is not a known GPU and should not be measured."""
     feasibility_model: bool = True

@@ -82,7 +82,7 @@ def feasibility_model(config: Config, records: list[dict[str, Any]]) -> Feasibil
         return None
     from tune_batch.oom import cap_bytes
 
-    model = FeasibilityModel(cap_bytes(config.resources.device_memory, None), config.resources.memory_margin)
+    model = FeasibilityModel(cap_bytes(config.resources.device_memory, None))
     for rec in records:
         model.observe(rec)
     return model

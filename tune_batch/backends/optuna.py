@@ -62,7 +62,7 @@ class Objective:
         self.run_dir = run_dir
         self.progress = progress
         if feasibility is None and config.resources.feasibility_model:
-            feasibility = FeasibilityModel(cap_bytes(config.resources.device_memory, None), config.resources.memory_margin)
+            feasibility = FeasibilityModel(cap_bytes(config.resources.device_memory, None))
         self.feasibility = feasibility
         self.records: list[dict[str, Any]] = []
         self._checked: set[int] = set()
