@@ -18,14 +18,28 @@ def _records(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines()]
 
 
-def test_oom_on_one_worker_ends_the_group_once(tmp_path: Path) -> None:
-    cfg = tiny_config(model={"name": "tests.workloads:oom_on_rank", "kwargs": {"rank": 1}},
-                      space={"batch_size": [64], "num_gpus": [2]}, budget={"trials": 1, "trial_timeout_s": 120})
-    search(cfg, tmp_path / "run", quiet=True)
+def test_oom_or_hang_on_one_worker_ends_the_group_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import optuna
+
+    # three trials in this order: OOM on rank 1 only; rank 1 hung for good; then a one-worker
+    # trial, which can only run if the hung group's workers (all of this machine's CPUs) were freed
+    monkeypatch.setenv("TUNE_BATCH_GROUP_START_SLACK_S", "25")  # group start here: 20-25 s
+    cfg = tiny_config(model={"name": "tests.workloads:oom_on_rank", "kwargs": {"rank": 1, "hang_batch": 16}},
+                      space={"batch_size": [32, 64], "num_gpus": [1, 2]},
+                      budget={"trials": 3, "trial_timeout_s": 15}, resources={"feasibility_model": False})
+    storage = f"sqlite:///{tmp_path / 'dp.db'}"
+    study = optuna.create_study(study_name="dp", storage=storage, directions=cfg.directions)
+    for b, n in ((64, 2), (32, 2), (64, 1)):
+        study.enqueue_trial({"batch_size": b, "lr": 0.05, "num_gpus": n})
+    search(cfg, tmp_path / "run", storage_url=storage, study_name="dp", quiet=True)
     recs = _records(tmp_path / "run")
-    assert len(recs) == 1  # recorded once, not per rank
-    assert recs[0]["status"] == "oom" and "rank 1 only" in recs[0]["reason"]
-    assert recs[0]["duration_s"] < 120 + 60  # within the timeout: no rank hung in a collective
+    assert len(recs) == 3  # each recorded once, not per rank
+    by = {(r["params"]["batch_size"], r["params"]["num_gpus"]): r for r in recs}
+    oom, hung, single = by[(64, 2)], by[(32, 2)], by[(64, 1)]
+    assert oom["status"] == "oom" and "rank 1 only" in oom["reason"], oom["reason"]
+    assert oom["duration_s"] < 15 + 25  # ended by the fault: no rank waited in a collective
+    assert hung["status"] == "failed" and "group was still running" in hung["reason"], hung["reason"]
+    assert single["status"] == "ok", single["reason"]  # the hung group's CPUs came back
 
 
 def test_resource_plan_without_gpus() -> None:

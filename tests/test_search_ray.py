@@ -115,7 +115,8 @@ def test_seed_config_offline_with_overrides(tmp_path: Path) -> None:
     out = tmp_path / "OUT2"
     p = _cli("search", str(REPO / "configs/resnet18.yaml"), "--set", "data.name=synthetic", "--set", "data.resize=32",
              "--set", "budget.trials=2", "--set", "budget.train_samples=512", "--set", "model.pretrained=false",
-             "--set", "profile.enabled=false", "--set", "space.num_gpus=[1]", "--output", str(out), cwd=tmp_path)
+             "--set", "profile.enabled=false", "--set", "space.num_gpus=[1]", "--set", "data.val_samples=256",
+             "--output", str(out), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
     # num_gpus [1] keeps this test short: a ResNet-18 worker group costs a minute here; the

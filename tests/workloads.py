@@ -82,24 +82,30 @@ def slow_data(n: int = 512, delay_s: float = 0.002):
 
 
 class _OomOnRank(nn.Module):
-    def __init__(self, num_classes: int, rank: int) -> None:
+    def __init__(self, num_classes: int, rank: int, hang_batch: int | None = None) -> None:
         super().__init__()
         self.net = small_cnn(num_classes, width=8)
         self.rank = rank
+        self.hang_batch = hang_batch
         self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import time
+
         import torch.distributed as dist
 
         self.calls += 1
         if dist.is_initialized() and dist.get_rank() == self.rank and self.calls > 4:
+            if x.shape[0] == self.hang_batch:
+                time.sleep(3600)  # hung for good: the other rank waits in its next collective
             raise torch.OutOfMemoryError(f"CUDA out of memory (test: rank {self.rank} only)")
         return self.net(x)
 
 
-def oom_on_rank(num_classes: int = 10, rank: int = 1) -> nn.Module:
-    """Runs out of memory on one rank only, after a few steps: the others must not hang."""
-    return _OomOnRank(num_classes, rank)
+def oom_on_rank(num_classes: int = 10, rank: int = 1, hang_batch: int | None = None) -> nn.Module:
+    """Runs out of memory on one rank only, after a few steps: the others must not hang. With
+    ``hang_batch``, a worker batch of that size hangs on that rank instead."""
+    return _OomOnRank(num_classes, rank, hang_batch)
 
 
 class _Faulty(nn.Module):

@@ -101,6 +101,13 @@ def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_di
         result = run_data_parallel(config, params, trial_id=trial_number, run_dir=run_dir,
                                    cpus_per_worker=plan.worker_cpus(n), threads_per_worker=plan.threads_per_worker[n],
                                    use_gpu=plan.gpus > 0, skip_reason=skip_reason)
+        if result.info.get("group_alive"):
+            from tune_batch.trial import TrialTimeout
+
+            # a hung group keeps its workers (and their CPUs/GPUs): report the record, then error
+            # so that Ray discards this process and, with it, the group it owns
+            tune.report(_report(config, result.to_record()))
+            raise TrialTimeout(result.reason)
     else:
         from tune_batch.trial import TrialTimeout, run_trial
 
@@ -138,6 +145,30 @@ def _report(config: Config, record: dict[str, Any]) -> dict[str, Any]:
     report["tb_status"] = record["status"]
     report["tb_record"] = json.dumps(record, default=str)
     return report
+
+
+class _GroupSweeper(tune.Callback):
+    """On the driver, while data-parallel trials can run: every few seconds, remove worker-group
+    reservations orphaned by a trial process that was ended (``release_orphaned_groups``)."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self._last = 0.0
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        from tune_batch.distributed import release_orphaned_groups
+
+        try:
+            for pg in release_orphaned_groups():
+                log.warning("released the worker-group reservation %s of a trial process that was ended", pg)
+        except Exception as e:  # a sweep that fails must not stop the search; say why once
+            if not getattr(self, "_warned", False):
+                self._warned = True
+                log.warning("could not check for orphaned worker groups: %s: %s", type(e).__name__, e)
 
 
 class _Records(tune.Callback):
@@ -392,7 +423,9 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
             partial(_trial_resources, plan=plan),
         )
         storage_path = str((run_dir.path / "ray").resolve())
-        callbacks = [_Records(run_dir, progress)]
+        callbacks: list[tune.Callback] = [_Records(run_dir, progress)]
+        if any(n > 1 for n in plan.gpu_choices):
+            callbacks.append(_GroupSweeper())
         # a fresh experiment per invocation: a continued search joins the same Optuna study
         name = f"{EXPERIMENT}-{time.strftime('%Y%m%d-%H%M%S')}"
         run_config = tune.RunConfig(name=name, storage_path=storage_path, verbose=2 if verbose else 0,
