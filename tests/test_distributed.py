@@ -68,7 +68,9 @@ def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.Mo
     cluster.add_node(num_cpus=1)
     try:
         ray.init(address=cluster.address)
-        cfg = tiny_config(space={"batch_size": [64], "num_gpus": [2]}, budget={"trials": 1, "train_samples": 1024})
+        # a minimum window longer than the budget's timed steps: the extra steps pair up on both ranks
+        cfg = tiny_config(space={"batch_size": [64], "num_gpus": [2]},
+                          budget={"trials": 1, "train_samples": 1024, "min_window_s": 1.5})
         search(cfg, tmp_path / "run", quiet=True)
         (rec,) = _records(tmp_path / "run")
         assert rec["status"] == "ok", rec["reason"]
@@ -77,6 +79,7 @@ def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.Mo
         assert info["per_worker_batch"] == 32
         assert info["short_batches"] == 0  # every worker saw only full batches
         assert info["train_samples_done"] == 1024 and info["timed_samples"] == info["timed_steps"] * 64  # global
+        assert info["window_extension_steps"] > 0 and m["timed_s"] >= 1.2
         assert 0 < m["device_util"] <= 1 and m["val_acc"] > 0.2 and m["peak_mem_bytes"] > 0
         assert len(rec["info"]["node_ids"]) == 2  # one worker on each node
         assert rec["info"]["node_ids"] == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
