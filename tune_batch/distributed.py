@@ -143,17 +143,20 @@ def release_orphaned_groups() -> list[str]:
     raising, see ``backends/ray.py``). Ray Train's own cleaner asks the state API whether the
     controller is alive, and that API is served by Ray's dashboard, which tune_batch does not
     start; without this sweep the group's CPUs and GPUs stay reserved and the search waits
-    forever. A placement group made by a driver (Tune's own) or a detached actor is never
-    touched. Uses Ray 2.60's private GCS table (Ray is pinned). Returns the removed ids."""
+    forever. Only this job's placement groups are looked at, and one made by a driver (Tune's
+    own) or a detached actor is never touched. Uses Ray 2.60's private GCS table (Ray is pinned). Returns the removed ids."""
     import ray
     from ray._private.state import state
     from ray.core.generated import gcs_pb2
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
     removed = []
+    job = ray.get_runtime_context().get_job_id()  # only this search's own: never another job's on a shared cluster
     for raw in state._connect_and_get_accessor().get_placement_group_table():
         pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
         if pg.is_detached or pg.state == gcs_pb2.PlacementGroupTableData.REMOVED:
+            continue
+        if ray.JobID(pg.creator_job_id).hex() != job:
             continue
         if not pg.creator_actor_id or ray.ActorID(pg.creator_actor_id).is_nil() or not pg.creator_actor_dead:
             continue
