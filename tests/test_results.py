@@ -58,3 +58,4 @@ def test_report_files_from_records(tmp_path: Path) -> None:
     assert pareto["recommended_trial_id"] in {0, 1}
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 5 and rows[0].startswith("trial_id,status,reason,batch_size,lr,num_gpus")
+    assert {"sm_active", "tensor_active", "energy_j_per_sample", "bottleneck"} <= set(rows[0].split(","))

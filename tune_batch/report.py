@@ -149,6 +149,10 @@ def row(rec: dict[str, Any]) -> dict[str, Any]:
     out["duration_s"] = rec.get("duration_s")
     out["world_size"] = info.get("world_size", "")
     out["bottleneck"] = info.get("bottleneck", "")
+    # CUDA with GPU Performance Monitoring: what device_util hides (empty elsewhere)
+    out["sm_active"] = info.get("sm_active", "")
+    out["tensor_active"] = info.get("tensor_active", "")
+    out["energy_j_per_sample"] = metrics.get("energy_j_per_sample", "")
     out["device"] = info.get("device", "")
     out["host"] = info.get("host", "")
     extras = {k: v for k, v in params.items() if k not in PARAM_COLUMNS}
