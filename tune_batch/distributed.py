@@ -144,7 +144,8 @@ def release_orphaned_groups() -> list[str]:
     controller is alive, and that API is served by Ray's dashboard, which tune_batch does not
     start; without this sweep the group's CPUs and GPUs stay reserved and the search waits
     forever. Only this job's placement groups are looked at, and one made by a driver (Tune's
-    own) or a detached actor is never touched. Uses Ray 2.60's private GCS table (Ray is pinned). Returns the removed ids."""
+    own) or a detached actor is never touched. Uses Ray 2.60's private GCS table (Ray is
+    pinned). Returns the removed ids."""
     import ray
     from ray._private.state import state
     from ray.core.generated import gcs_pb2
@@ -154,11 +155,10 @@ def release_orphaned_groups() -> list[str]:
     job = ray.get_runtime_context().get_job_id()  # only this search's own: never another job's on a shared cluster
     for raw in state._connect_and_get_accessor().get_placement_group_table():
         pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
-        if pg.is_detached or pg.state == gcs_pb2.PlacementGroupTableData.REMOVED:
-            continue
-        if ray.JobID(pg.creator_job_id).hex() != job:
-            continue
-        if not pg.creator_actor_id or ray.ActorID(pg.creator_actor_id).is_nil() or not pg.creator_actor_dead:
+        made_by_an_actor = bool(pg.creator_actor_id) and not ray.ActorID(pg.creator_actor_id).is_nil()
+        orphaned = (made_by_an_actor and pg.creator_actor_dead and not pg.is_detached
+                    and pg.state != gcs_pb2.PlacementGroupTableData.REMOVED and ray.JobID(pg.creator_job_id).hex() == job)
+        if not orphaned:
             continue
         pg_id = ray.PlacementGroupID(pg.placement_group_id)
         remove_placement_group(PlacementGroup(pg_id))

@@ -413,24 +413,9 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     info["per_worker_batch"] = batch
     sps = timed_samples / window_s
     if device.type == "cuda":
-        window = getattr(gpu, "window", None)
-        util = getattr(window, "device_util", None)
-        if window is not None:
-            info["device_util_method"] = window.util_method
-            info["power_w"] = window.power_w
-            info["nvml_mem_used_max_bytes"] = window.mem_used_max_bytes
-            if window.polled_util is not None:
-                info["device_util_polled"] = window.polled_util
-            for name in ("sm_active", "tensor_active"):
-                if window.activity(name) is not None:
-                    info[name] = window.activity(name)
-            if window.gpm_note:
-                info["gpm"] = window.gpm_note
-        energy = getattr(window, "energy_j", None)
-        if energy is not None:
-            metrics_energy = energy / timed_samples
-            info["energy_j"] = energy
-        info["nvml_samples"] = getattr(window, "n_samples", 0)
+        window = getattr(gpu, "window", None)  # None when NVML could not be opened
+        util = window.device_util if window is not None else None
+        info.update(window.telemetry() if window is not None else {"nvml_samples": 0})
     else:
         util = cpu_window.util
         info["device_util_raw"] = cpu_window.util_raw
@@ -449,7 +434,7 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
     if util is not None:
         metrics["device_util"] = float(util)
     if device.type == "cuda" and "energy_j" in info:
-        metrics["energy_j_per_sample"] = metrics_energy
+        metrics["energy_j_per_sample"] = info["energy_j"] / timed_samples
     if validate and rank == 0:
         metrics["val_acc"] = val_acc
     if "profile_step_s" in info:

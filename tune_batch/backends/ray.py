@@ -90,6 +90,8 @@ class ConstrainedOptunaSearch(OptunaSearch):
 def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str, plan: ResourcePlan) -> None:
     """The Tune function of one trial: measure (here for one worker, on a Ray Train worker group
     for several), then report objectives, constraints and the record."""
+    from tune_batch.trial import TrialResult, TrialTimeout, normalize_params, run_trial
+
     config = config_from_dict(config_dict)
     params = dict(params)
     trial_number = params.pop("trial_number", None)
@@ -101,16 +103,9 @@ def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_di
         result = run_data_parallel(config, params, trial_id=trial_number, run_dir=run_dir,
                                    cpus_per_worker=plan.worker_cpus(n), threads_per_worker=plan.threads_per_worker[n],
                                    use_gpu=plan.gpus > 0, skip_reason=skip_reason)
-        if result.info.get("group_alive"):
-            from tune_batch.trial import TrialTimeout
-
-            # a hung group keeps its workers (and their CPUs/GPUs): report the record, then error
-            # so that Ray discards this process and, with it, the group it owns
-            tune.report(_report(config, result.to_record()))
-            raise TrialTimeout(result.reason)
+        # a hung group keeps its workers (and their CPUs/GPUs) while this process lives
+        hung = bool(result.info.get("group_alive"))
     else:
-        from tune_batch.trial import TrialTimeout, run_trial
-
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
         box: dict[str, Any] = {}
 
@@ -124,17 +119,17 @@ def ray_trainable(params: dict[str, Any], *, config_dict: dict[str, Any], run_di
         worker = threading.Thread(target=work, name=f"tune_batch-trial-{trial_number}", daemon=True)
         worker.start()
         worker.join(config.budget.trial_timeout_s + HANG_GRACE_S)
-        if worker.is_alive():
-            from tune_batch.trial import TrialResult, normalize_params
-
+        hung = worker.is_alive()
+        if hung:
             reason = (f"timeout: still running {config.budget.trial_timeout_s + HANG_GRACE_S:g} s after it started "
                       f"(budget.trial_timeout_s + {HANG_GRACE_S:g} s grace); its process was stopped")
-            hung = TrialResult(trial_number, normalize_params(params), "failed", reason, {},
-                               config.budget.trial_timeout_s + HANG_GRACE_S, {"node_ids": [], "watchdog": True})
-            tune.report(_report(config, hung.to_record()))  # the record reaches the driver first,
-            raise TrialTimeout(reason)  # then the error makes Ray discard this process, hung thread and all
-        result = box["result"]
-    tune.report(_report(config, result.to_record()))
+            result = TrialResult(trial_number, normalize_params(params), "failed", reason, {},
+                                 config.budget.trial_timeout_s + HANG_GRACE_S, {"node_ids": [], "watchdog": True})
+        else:
+            result = box["result"]
+    tune.report(_report(config, result.to_record()))  # the record reaches the driver first,
+    if hung:  # then the error makes Ray discard this process, with what hangs in it and what it owns
+        raise TrialTimeout(result.reason)
 
 
 def _report(config: Config, record: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +149,7 @@ class _GroupSweeper(tune.Callback):
     def __init__(self, every_s: float = 5.0) -> None:
         self.every_s = every_s
         self._last = 0.0
+        self._warned = False
 
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
         now = time.monotonic()
@@ -166,7 +162,7 @@ class _GroupSweeper(tune.Callback):
             for pg in release_orphaned_groups():
                 log.warning("released the worker-group reservation %s of a trial process that was ended", pg)
         except Exception as e:  # a sweep that fails must not stop the search; say why once
-            if not getattr(self, "_warned", False):
+            if not self._warned:
                 self._warned = True
                 log.warning("could not check for orphaned worker groups: %s: %s", type(e).__name__, e)
 

@@ -34,6 +34,10 @@ class GpuSample:
     energy_mj: float | None = None  # the GPU's total-energy counter (millijoules), where it has one
 
 
+def _mean(vals: list[float]) -> float | None:
+    return sum(vals) / len(vals) if vals else None
+
+
 @dataclass(frozen=True)
 class GpuWindow:
     """Samples of one window, per GPU. ``device_util`` is the mean over GPUs and samples: of
@@ -49,17 +53,16 @@ class GpuWindow:
     def activity(self, name: str) -> float | None:
         """Mean over GPUs of a GPM activity (``sm_active``, ``tensor_active``), or None."""
         vals = [per[name] for per in (self.gpm or {}).values() if name in per]
-        return sum(vals) / len(vals) if vals and len(vals) == len(self.gpm or {}) else None
+        return _mean(vals) if len(vals) == len(self.gpm or {}) else None
 
     @property
     def polled_util(self) -> float | None:
-        vals = [s.util_frac for per in self.samples.values() for s in per]
-        return sum(vals) / len(vals) if vals else None
+        return _mean([s.util_frac for per in self.samples.values() for s in per])
 
     @property
     def device_util(self) -> float | None:
-        vals = [v for per in (self.in_window or {}).values() for v in per]
-        return sum(vals) / len(vals) if vals else self.polled_util
+        in_window = _mean([v for per in (self.in_window or {}).values() for v in per])
+        return in_window if in_window is not None else self.polled_util
 
     @property
     def util_method(self) -> str:
@@ -102,6 +105,21 @@ class GpuWindow:
     @property
     def n_samples(self) -> int:
         return sum(len(v) for v in self.samples.values())
+
+    def telemetry(self) -> dict[str, object]:
+        """What a trial record keeps of the window beside ``device_util``."""
+        out: dict[str, object] = {"device_util_method": self.util_method, "power_w": self.power_w,
+                                  "nvml_mem_used_max_bytes": self.mem_used_max_bytes, "nvml_samples": self.n_samples}
+        if self.polled_util is not None:
+            out["device_util_polled"] = self.polled_util
+        for name in ("sm_active", "tensor_active"):
+            if self.activity(name) is not None:
+                out[name] = self.activity(name)
+        if self.gpm_note:
+            out["gpm"] = self.gpm_note
+        if self.energy_j is not None:
+            out["energy_j"] = self.energy_j
+        return out
 
 
 def _nvml_reader(torch_indices: list[int]) -> Callable[[], dict[int, GpuSample]]:
@@ -160,6 +178,13 @@ def _nvml_reader(torch_indices: list[int]) -> Callable[[], dict[int, GpuSample]]
 
     gpm: dict[int, Any] = {}
 
+    def _free(samples: Any) -> None:
+        for x in list(samples):
+            try:
+                pynvml.nvmlGpmSampleFree(x)
+            except pynvml.NVMLError:
+                pass
+
     def gpm_begin() -> str | None:
         """Take a GPU Performance Monitoring sample of each GPU (Hopper and newer); returns why
         not where GPM is unavailable."""
@@ -201,13 +226,6 @@ def _nvml_reader(torch_indices: list[int]) -> Callable[[], dict[int, GpuSample]]
             _free([*gpm.values(), *ends])
             gpm.clear()
         return out
-
-    def _free(samples: Any) -> None:
-        for x in list(samples):
-            try:
-                pynvml.nvmlGpmSampleFree(x)
-            except pynvml.NVMLError:
-                pass
 
     read.util_samples = util_samples  # type: ignore[attr-defined]
     read.gpm_begin = gpm_begin  # type: ignore[attr-defined]
