@@ -79,7 +79,8 @@ def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.Mo
         assert info["per_worker_batch"] == 32
         assert info["short_batches"] == 0  # every worker saw only full batches
         assert info["train_samples_done"] == 1024 and info["timed_samples"] == info["timed_steps"] * 64  # global
-        assert info["window_extension_steps"] > 0 and m["timed_s"] >= 1.2
+        # topped up by the clock on both ranks: at least the minimum whatever the load (no timing bound)
+        assert info["window_extension_steps"] > 0 and m["timed_s"] >= 1.5
         assert 0 < m["device_util"] <= 1 and m["val_acc"] > 0.2 and m["peak_mem_bytes"] > 0
         assert len(rec["info"]["node_ids"]) == 2  # one worker on each node
         assert rec["info"]["node_ids"] == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])

@@ -45,7 +45,7 @@ def test_short_window_is_lengthened_without_changing_training() -> None:
     assert longer.status == "ok", longer.reason
     extra = longer.info["window_extension_steps"]
     assert extra > 0
-    assert longer.metrics["timed_s"] >= 0.8 * want
+    assert longer.metrics["timed_s"] >= want  # topped up by the clock: at least the minimum, whatever the load
     assert longer.info["timed_steps"] == plain.info["timed_steps"] + extra
     assert longer.metrics["samples_per_s"] == pytest.approx(longer.info["timed_samples"] / longer.metrics["timed_s"])
     # the weights were put back: training saw exactly train_samples, as without the extension
@@ -55,16 +55,13 @@ def test_short_window_is_lengthened_without_changing_training() -> None:
 
 
 def test_extension_steps_rule() -> None:
-    import time
-
     from tune_batch.trial import _extension_steps
 
-    far = time.perf_counter() + 1000
-    assert _extension_steps(0.5, 10, 2.0, far, 1) == 30  # 0.05 s/step, 1.5 s to go
-    assert _extension_steps(2.5, 10, 2.0, far, 1) == 0
-    assert _extension_steps(0.5, 10, 0.0, far, 1) == 0
-    # never more than half of the time left before the trial's deadline
-    assert _extension_steps(0.5, 10, 100.0, time.perf_counter() + 2.0, 1) <= 20
+    assert _extension_steps(1.5, 0.05, 1000.0) == 30  # 0.05 s/step, 1.5 s to go
+    assert _extension_steps(-0.5, 0.05, 1000.0) == 0  # the window is long enough
+    assert _extension_steps(1.5, 0.05, 0.0) == 0  # no time left before the deadline
+    assert _extension_steps(100.0, 0.05, 1.0) == 20  # never more than the room left
+    assert _extension_steps(0.001, 0.05, 1000.0) == 1  # a missing sliver still takes a step
 
 
 def test_equal_sample_budget_across_batch_sizes(tiny) -> None:

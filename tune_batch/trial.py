@@ -93,22 +93,47 @@ def _cycle(loader: DataLoader, sampler: Any = None) -> Iterator[Any]:
             raise RuntimeError("the DataLoader yields no full batch: the data set is smaller than the batch")
 
 
-def _extension_steps(window_s: float, timed_steps: int, min_window_s: float, deadline: float, world: int) -> int:
-    """Extra timed steps that bring a window of ``window_s`` (``timed_steps`` steps) up to
-    ``min_window_s``, leaving half of the time to the deadline untouched. The same count on
-    every rank (the slowest rank's window decides), or data-parallel steps would not pair up."""
-    if min_window_s <= 0:
+def _extension_steps(remaining_s: float, step_s: float, room_s: float) -> int:
+    """Extra steps of ``step_s`` seconds that cover ``remaining_s`` more seconds of window,
+    within ``room_s`` (half of the time left before the trial's deadline); at least one while
+    any window is missing and there is room."""
+    if remaining_s <= 0 or room_s <= 0:
         return 0
-    if world > 1:
-        window_s = _all_reduce([window_s], ["max"])[0]
-    if window_s >= min_window_s:
-        return 0
-    step_s = max(window_s / max(timed_steps, 1), 1e-6)
-    room_s = max(0.0, (deadline - time.perf_counter()) / 2)
-    n = math.ceil(min(min_window_s - window_s, room_s) / step_s)
-    if world > 1:
-        n = int(_all_reduce([float(n)], ["min"])[0])
-    return max(0, n)
+    return max(1, math.ceil(min(remaining_s, room_s) / max(step_s, 1e-6)))
+
+
+def _group_max(value: float, world: int) -> float:
+    return _all_reduce([value], ["max"])[0] if world > 1 else value
+
+
+def _lengthen_window(stepper: _Stepper, window_s: float, timed_steps: int, min_window_s: float,
+                     deadline: float, world: int) -> tuple[int, float]:
+    """Time extra steps until the window is at least ``min_window_s`` long; returns (extra
+    steps, the whole window's seconds). Runs in rounds, each sized by the step time the
+    previous one measured, so a slow start is topped up by the clock. Every rank of a
+    data-parallel group takes the same decisions (the slowest rank's window, the smallest step
+    count), or their steps would not pair up in the all-reduce."""
+    window_s = _group_max(window_s, world)
+    step_s = window_s / max(timed_steps, 1)
+    extra = 0
+    for _ in range(16):  # a bound only: one or two rounds reach the minimum
+        n = _extension_steps(min_window_s - window_s, step_s, (deadline - time.perf_counter()) / 2)
+        if world > 1:
+            n = int(_all_reduce([float(n)], ["min"])[0])
+        if n <= 0:
+            break
+        _sync(stepper.device)
+        _barrier(world)
+        t = time.perf_counter()
+        for _ in range(n):
+            stepper.step()
+        _sync(stepper.device)
+        _barrier(world)
+        round_s = _group_max(time.perf_counter() - t, world)
+        window_s += round_s
+        step_s = round_s / n
+        extra += n
+    return extra, window_s
 
 
 def _snapshot(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -357,26 +382,15 @@ def _train_and_measure(config: Config, params: dict[str, Any], *, device: torch.
             # the peak of the budget's own steps, before any snapshot could add to it
             cuda_peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
             window_s = t1 - t0
-            extra_steps = _extension_steps(window_s, timed_steps, budget.min_window_s, deadline, world)
-            if extra_steps:
+            extra_steps = 0
+            if budget.min_window_s > 0 and _group_max(window_s, world) < budget.min_window_s:
                 # a short window: time more steps, then put the weights back so that training
                 # (and val_acc) still sees exactly train_samples; the copy is outside the window
                 stepper.check_loss()
                 budget_loss = stepper.last_loss
                 saved = _snapshot(model, opt)
-                _sync(device)
-                _barrier(world)
-                t2 = time.perf_counter()
-                for _ in range(extra_steps):
-                    stepper.step()
-                if world == 1:  # the count is a prediction from the first steps: top up by the clock
-                    stop_by = min(t2 + budget.min_window_s - window_s, time.perf_counter() + (deadline - t2) / 2)
-                    while time.perf_counter() < stop_by:
-                        stepper.step()
-                        extra_steps += 1
-                _sync(device)
-                _barrier(world)
-                window_s += time.perf_counter() - t2
+                extra_steps, window_s = _lengthen_window(stepper, window_s, timed_steps, budget.min_window_s,
+                                                         deadline, world)
             if gpu is not None:
                 gpu.mark_end()
         cpu_window = cpu.stop()
