@@ -52,8 +52,8 @@ def test_cifar10_trains_in_a_trial(tmp_path: Path) -> None:
                       budget={"train_samples": 1024})
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
     assert res.status == "ok", res.reason
-    assert res.metrics["val_acc"] > 0.3  # colours are easy; chance is 0.1
-    assert "cifar10 (320 train / 64 val, 16 px)" in res.info["data"]
+    assert res.metrics.val_acc > 0.3  # colours are easy; chance is 0.1
+    assert "cifar10 (320 train / 64 val, 16 px)" in res.info.data
 
 
 def test_cifar10_offline_without_files_is_a_clear_error(tmp_path: Path) -> None:
@@ -83,7 +83,7 @@ def test_synthetic_is_seeded_and_learnable() -> None:
     b = build_datasets(cfg.data, num_classes=10, seed=1)
     assert torch.equal(a.train[5][0], b.train[5][0])
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
-    assert res.status == "ok" and res.metrics["val_acc"] > 0.3
+    assert res.status == "ok" and res.metrics.val_acc > 0.3
 
 
 def test_imagefolder(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
                       budget={"train_samples": 4096})
     res = run_trial(cfg, {"batch_size": 256, "lr": 0.01, "num_gpus": 1}, validate=False)
     assert res.status == "ok", res.reason
-    assert res.info["peak_source"] == "config: resources.peak_flops"
+    assert res.info.peak_source == "config: resources.peak_flops"
     # the same matmuls, alone: x (256 x 768) @ W (768 x 4096), forward and weight gradient
     x = torch.randn(256, 768)
     w = torch.randn(768, 4096, requires_grad=True)
@@ -43,8 +43,8 @@ def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
         (x @ w).sum().backward()
     bench_rate = n * 2 * (2 * 256 * 768 * 4096) / (time.perf_counter() - t0)
     expected = bench_rate / peak
-    assert res.metrics["mfu"] == pytest.approx(expected, rel=0.35)
-    assert res.metrics["model_flops_per_s"] == pytest.approx(res.metrics["mfu"] * peak)
+    assert res.metrics.mfu == pytest.approx(expected, rel=0.35)
+    assert res.metrics.model_flops_per_s == pytest.approx(res.metrics.mfu * peak)
 
 
 def test_measured_cpu_peak_covers_matmul_and_conv() -> None:
@@ -56,18 +56,18 @@ def test_measured_cpu_peak_covers_matmul_and_conv() -> None:
 def test_mfu_above_one_is_flagged_not_clipped() -> None:
     cfg = tiny_config(resources={"peak_flops": 1e6}, budget={"train_samples": 256})
     res = run_trial(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, validate=False)
-    assert res.metrics["mfu"] > 1
-    assert "too low" in res.info["mfu_flag"]
+    assert res.metrics.mfu > 1
+    assert "too low" in res.info.mfu_flag
 
 
 def test_quickstart_like_record_carries_every_measurement(tiny) -> None:
     res = run_trial(tiny, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
     for key in ("samples_per_s", "device_util", "mfu", "peak_mem_bytes", "data_wait_frac"):
-        assert key in res.metrics
-    assert 0 < res.metrics["mfu"] <= 1 and 0 < res.metrics["device_util"] <= 1
-    assert res.info["bottleneck"] in ("compute-bound", "input-bound", "launch-bound") and res.info["device"]
+        assert res.metrics.value(key) is not None
+    assert 0 < res.metrics.mfu <= 1 and 0 < res.metrics.device_util <= 1
+    assert res.info.bottleneck in ("compute-bound", "input-bound", "launch-bound") and res.info.device
     if not torch.cuda.is_available():
-        assert res.info["bottleneck"] != "launch-bound"  # a CUDA-only verdict
+        assert res.info.bottleneck != "launch-bound"  # a CUDA-only verdict
 
 
 def test_a_slow_dataset_is_input_bound() -> None:
@@ -75,14 +75,15 @@ def test_a_slow_dataset_is_input_bound() -> None:
                       budget={"train_samples": 512}, space={"batch_size": [16]})
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, validate=False)
     assert res.status == "ok", res.reason
-    assert res.metrics["data_wait_frac"] > 0.3
-    assert res.info["bottleneck"] == "input-bound" and "num_workers" in res.info["suggestion"]
+    assert res.metrics.data_wait_frac > 0.3
+    assert res.info.bottleneck == "input-bound" and "num_workers" in res.info.suggestion
 
 
 def test_bottleneck_rules() -> None:
-    assert bottleneck({"data_wait_frac": 0.5}, "cuda", 2)[0] == "input-bound"
-    assert bottleneck({"data_wait_frac": 0.01, "device_util": 0.3, "step_time_s": 0.005}, "cuda", 4)[0] == "launch-bound"
-    assert bottleneck({"data_wait_frac": 0.01, "device_util": 0.95, "step_time_s": 0.2}, "cuda", 4)[0] == "compute-bound"
+    assert bottleneck(0.5, None, 1.0, "cuda", 2)[0] == "input-bound"
+    assert bottleneck(0.01, 0.3, 0.005, "cuda", 4)[0] == "launch-bound"
+    assert bottleneck(0.01, 0.95, 0.2, "cuda", 4)[0] == "compute-bound"
+    assert bottleneck(0.01, 0.3, 0.005, "cpu", 4)[0] == "compute-bound"  # launch-bound is a CUDA verdict
 
 
 def test_gpu_sampler_replays_recorded_samples() -> None:
@@ -165,4 +166,4 @@ def test_datasheet_peaks() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_real_nvml_during_a_trial() -> None:
     res = run_trial(tiny_config(budget={"train_samples": 4096}), {"batch_size": 64, "lr": 0.05, "num_gpus": 1})
-    assert res.status == "ok" and 0 <= res.metrics["device_util"] <= 1 and res.info["nvml_samples"] > 0
+    assert res.status == "ok" and 0 <= res.metrics.device_util <= 1 and res.info.nvml_samples > 0

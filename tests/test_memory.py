@@ -9,7 +9,9 @@ from tests.conftest import tiny_config
 from tune_batch.errors import UserError
 from tune_batch.max_batch import Probe, candidates, find_max_batch, max_batch
 from tune_batch.measure.cpu import PeakRss
-from tune_batch.oom import FeasibilityModel, fit_memory
+from tune_batch.oom import fit_memory
+from tune_batch.policy import FeasibilityModel
+from tune_batch.records import Params, TrialResult
 
 MiB = 2**20
 
@@ -30,7 +32,7 @@ def test_trial_peak_memory_grows_linearly_with_the_batch() -> None:
     from tune_batch.trial import run_trial
 
     cfg = tiny_config()
-    peaks = {b: run_trial(cfg, {"batch_size": b, "lr": 0.05, "num_gpus": 1}, validate=False).metrics["peak_mem_bytes"]
+    peaks = {b: run_trial(cfg, {"batch_size": b, "lr": 0.05, "num_gpus": 1}, validate=False).metrics.peak_mem_bytes
              for b in (16, 32, 64)}
     fit = fit_memory([(16, peaks[16]), (64, peaks[64])])
     assert fit is not None and fit.slope_bytes > 0
@@ -53,33 +55,38 @@ def test_peak_rss_flags_the_cap() -> None:
     assert mem.exceeded.is_set()
 
 
-def _rec(i: int, b: int, status: str, peak: float | None = None, n: int = 1) -> dict:
-    return {"trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": n}, "status": status,
-            "metrics": {"peak_mem_bytes": peak} if peak is not None else {}, "info": {}}
+def _rec(i: int, b: int, status: str, peak: float | None = None, n: int = 1) -> TrialResult:
+    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": n},
+                                    "status": status, "metrics": {"peak_mem_bytes": peak} if peak is not None else {},
+                                    "info": {}})
+
+
+def _p(b: int, n: int = 1) -> Params:
+    return Params(b, 0.01, n)
 
 
 def test_boundary_skips_batches_at_or_above_an_oom() -> None:
     m = FeasibilityModel()
     m.observe(_rec(4, 128, "oom"))
-    assert m.skip_reason({"batch_size": 64, "num_gpus": 1}) is None
-    reason = m.skip_reason({"batch_size": 256, "num_gpus": 1})
+    assert m.skip_reason(_p(64)) is None
+    reason = m.skip_reason(_p(256))
     assert reason is not None and "ran out of memory in trial 4" in reason
-    assert m.skip_reason({"batch_size": 128, "num_gpus": 1}) is not None
+    assert m.skip_reason(_p(128)) is not None
     # per worker: 128 over 2 workers is 64 per worker, which has not failed on 2 workers
-    assert m.skip_reason({"batch_size": 128, "num_gpus": 2}) is None
+    assert m.skip_reason(_p(128, 2)) is None
 
 
 def test_memory_fit_predicts_and_skips_over_the_cap() -> None:
-    m = FeasibilityModel(cap_bytes=100 * MiB)
+    m = FeasibilityModel(cap=100 * MiB)
     m.observe(_rec(0, 16, "ok", 10 * MiB + 16 * MiB / 4))
-    assert m.skip_reason({"batch_size": 512, "num_gpus": 1}) is None  # one point: no fit yet
+    assert m.skip_reason(_p(512)) is None  # one point: no fit yet
     m.observe(_rec(1, 64, "ok", 10 * MiB + 64 * MiB / 4))
     fit = m.fit(1)
     assert fit is not None and fit.predict(256) == pytest.approx(74 * MiB)
-    assert m.skip_reason({"batch_size": 256, "num_gpus": 1}) is None  # 74 MiB < 100 MiB
+    assert m.skip_reason(_p(256)) is None  # 74 MiB < 100 MiB
     # 352 per worker: 98 MiB, just under the cap: it runs (a real OOM would settle it)
-    assert m.skip_reason({"batch_size": 352, "num_gpus": 1}) is None
-    reason = m.skip_reason({"batch_size": 512, "num_gpus": 1})  # 138 MiB > 100 MiB
+    assert m.skip_reason(_p(352)) is None
+    reason = m.skip_reason(_p(512))  # 138 MiB > 100 MiB
     assert reason is not None and "predicted peak 138.0 MiB > cap 100.0 MiB" in reason
 
 

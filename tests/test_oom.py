@@ -47,6 +47,7 @@ def test_real_cpu_allocation_failure_is_oom() -> None:
 
 def test_cap_bytes() -> None:
     assert cap_bytes(None, 100) is None
-    assert cap_bytes("1KiB", None) == 1024
+    assert cap_bytes("2MiB", None) == 2 * 2**20
+    assert cap_bytes(2**30, None) == 2**30  # a plain byte count
     assert cap_bytes(0.5, 1000) == 500
     assert cap_bytes(0.5, None) is None

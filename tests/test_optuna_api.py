@@ -83,7 +83,7 @@ def test_optuna_backend_search_and_the_optuna_cli(tmp_path: Path) -> None:
 
 def test_run_trial_api(tiny) -> None:
     res = tune_batch.run_trial(tiny, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
-    assert res.status == "ok" and res.metrics["val_acc"] > 0.2
+    assert res.status == "ok" and res.metrics.val_acc > 0.2
 
 
 def _write_cfg(tmp_path: Path, backend: str, trials: int) -> Path:

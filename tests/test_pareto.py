@@ -4,12 +4,17 @@ import optuna
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tune_batch.pareto import dominates, front_records, non_dominated
-from tune_batch.report import knee
+from tune_batch.pareto import dominates, front, knee, non_dominated
+from tune_batch.records import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-small = st.integers(0, 4).map(float)  # few distinct values: many ties and duplicates
+small = st.integers(0, 4).map(float)
+
+
+def _result(i: int, metrics: dict, status: str = "ok") -> TrialResult:
+    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": 16, "lr": 0.1}, "status": status,
+                                    "metrics": metrics})  # few distinct values: many ties and duplicates
 
 
 @settings(max_examples=60, deadline=None)
@@ -26,9 +31,9 @@ def test_front_equals_optunas_best_trials(directions: list[str], data: st.DataOb
         t = study.ask()
         t.set_constraint("memory", 0.0 if ok else 1.0)
         study.tell(t, p)
-    records = [{"trial_id": i, "status": "ok" if ok else "oom",
-                "metrics": {f"m{k}": v for k, v in enumerate(p)}} for i, (p, ok) in enumerate(zip(points, feasible))]
-    ours = {r["trial_id"] for r in front_records(records, [f"m{k}" for k in range(len(directions))], directions)}
+    records = [_result(i, {f"m{k}": v for k, v in enumerate(p)}, "ok" if ok else "oom")
+               for i, (p, ok) in enumerate(zip(points, feasible))]
+    ours = {r.trial_id for r in front(records, [f"m{k}" for k in range(len(directions))], directions)}
     theirs = {t.number for t in study.best_trials}
     assert ours == theirs
 
@@ -41,6 +46,9 @@ def test_dominates_and_duplicates() -> None:
 
 
 def test_knee_is_the_balanced_point() -> None:
-    front = [{"trial_id": i, "metrics": {"a": a, "b": b}} for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
-    assert knee(front, ["a", "b"], ["maximize", "maximize"])["trial_id"] == 1
+    points = [_result(i, {"a": a, "b": b}) for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
+    assert knee(points, ["a", "b"], ["maximize", "maximize"]).trial_id == 1
+    # the same with one objective minimised: directions are read in one place
+    flipped = [_result(i, {"a": a, "b": -b}) for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
+    assert knee(flipped, ["a", "b"], ["maximize", "minimize"]).trial_id == 1
     assert knee([], ["a"], ["maximize"]) is None

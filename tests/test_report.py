@@ -19,24 +19,36 @@ from tune_batch.cli import main
 from tune_batch.config import load_config
 from tune_batch.errors import UserError
 from tune_batch.pareto import REFERENCE, hypervolume
-from tune_batch.report import build_report, parse_prefer, recommend, write_files
+from tune_batch.files import write_files
+from tune_batch.pareto import parse_prefer, recommend
+from tune_batch.records import TrialResult
+from tune_batch.report import build_report
 from tune_batch.report_html import figure_data
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.integers(2, 3).flatmap(lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=12)))
-def test_hypervolume_equals_optunas(points: list[list[float]]) -> None:
+def test_hypervolume_equals_optunas(points: list[list[float]]) -> None:  # 2 and 3 objectives
     # ours maximises above (ref, ..); Optuna's minimises below its reference point: negate both
     ours = hypervolume(points)
     theirs = compute_hypervolume(-np.array(points), np.full(len(points[0]), -REFERENCE))
     assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12)
 
 
-def _rec(i: int, sps: float, acc: float, status: str = "ok", b: int = 16) -> dict:
-    return {"trial_id": i, "params": {"batch_size": b, "lr": 0.01 * (i + 1), "num_gpus": 1}, "status": status,
+@settings(max_examples=40, deadline=None)
+@given(st.integers(4, 5).flatmap(lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=7)))
+def test_hypervolume_of_more_objectives_equals_optunas(points: list[list[float]]) -> None:
+    # the config accepts up to seven objectives: the hypervolume is exact for any number
+    ours = hypervolume(points)
+    theirs = compute_hypervolume(-np.array(points), np.full(len(points[0]), -REFERENCE))
+    assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+
+
+def _rec(i: int, sps: float, acc: float, status: str = "ok", b: int = 16) -> TrialResult:
+    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": b, "lr": 0.01 * (i + 1), "num_gpus": 1}, "status": status,
             "reason": None if status == "ok" else "out of memory",
             "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc, "peak_mem_bytes": 2**20 * b}
-            if status == "ok" else {}, "duration_s": 1.0, "info": {}}
+            if status == "ok" else {}, "duration_s": 1.0, "info": {}})
 
 
 RECS = [_rec(0, 100, 0.95), _rec(1, 200, 0.90, b=64), _rec(2, 400, 0.50, b=256), _rec(3, 90, 0.80), _rec(4, 0, 0, "oom", 512)]
@@ -45,12 +57,12 @@ RECS = [_rec(0, 100, 0.95), _rec(1, 200, 0.90, b=64), _rec(2, 400, 0.50, b=256),
 def test_recommendation_knee_prefer_and_weights() -> None:
     cfg = tiny_config()
     report = build_report(cfg, RECS)
-    assert {r["trial_id"] for r in report.front} == {0, 1, 2}
-    assert report.recommended["trial_id"] == 1  # the balanced point
+    assert {r.trial_id for r in report.front} == {0, 1, 2}
+    assert report.recommended.trial_id == 1  # the balanced point
     m, d = cfg.metric_names, cfg.directions
-    assert recommend(report.front, m, d, "samples_per_s")[0]["trial_id"] == 2
-    assert recommend(report.front, m, d, "val_acc")[0]["trial_id"] == 0
-    assert recommend(report.front, m, d, {"val_acc": 4, "samples_per_s": 1})[0]["trial_id"] == 0
+    assert recommend(report.front, m, d, "samples_per_s")[0].trial_id == 2
+    assert recommend(report.front, m, d, "val_acc")[0].trial_id == 0
+    assert recommend(report.front, m, d, {"val_acc": 4, "samples_per_s": 1})[0].trial_id == 0
     t = report.tradeoffs[2]
     assert t[0] == "2.00x samples/s (faster per epoch)" and t[1] == "-0.400 val_acc"
     with pytest.raises(UserError, match="not an objective"):

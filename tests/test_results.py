@@ -7,14 +7,16 @@ import pytest
 
 from tests.conftest import tiny_config
 from tune_batch.errors import RunDirError
-from tune_batch.report import build_report, write_files
+from tune_batch.files import write_files
+from tune_batch.records import TrialResult
+from tune_batch.report import build_report
 from tune_batch.results import RunDir, load_records
 
 
-def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5) -> dict:
-    return {"trial_id": i, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
+def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5) -> TrialResult:
+    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
             "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc} if status == "ok" else {},
-            "duration_s": 1.0, "info": {}}
+            "duration_s": 1.0, "info": {}})
 
 
 def test_append_is_durable_and_a_cut_line_is_reported(tmp_path: Path) -> None:
@@ -25,8 +27,24 @@ def test_append_is_durable_and_a_cut_line_is_reported(tmp_path: Path) -> None:
     with run.trials_path.open("a") as f:
         f.write('{"trial_id": 2, "params": {"batch')  # power cut mid-line
     recs, warnings = load_records(run.trials_path)
-    assert [r["trial_id"] for r in recs] == [0, 1]
+    assert [r.trial_id for r in recs] == [0, 1]
     assert len(warnings) == 1 and "line 3 is broken" in warnings[0]
+    # the next record starts on a fresh line: the cut line stays broken, the new one loads
+    run.append(_rec(3))
+    recs, warnings = load_records(run.trials_path)
+    assert [r.trial_id for r in recs] == [0, 1, 3] and len(warnings) == 1
+
+
+def test_lines_that_are_not_trial_records_are_reported_and_skipped(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "r")
+    run.prepare(tiny_config())
+    run.append(_rec(0))
+    with run.trials_path.open("a") as f:
+        f.write('{"foo": 1}\n{"trial_id": 9, "status": "ok"}\n{"trial_id": 8, "params": {"batch_size": 16, "lr": 0.1}, '
+                '"status": "nonsense"}\n')
+    recs, warnings = load_records(run.trials_path)
+    assert [r.trial_id for r in recs] == [0]
+    assert len(warnings) == 3 and all("not a trial record" in w for w in warnings)
 
 
 def test_a_different_config_is_refused_naming_the_keys(tmp_path: Path) -> None:
@@ -51,7 +69,7 @@ def test_report_files_from_records(tmp_path: Path) -> None:
     cfg = tiny_config()
     recs = [_rec(0, sps=10, acc=0.9), _rec(1, sps=20, acc=0.5), _rec(2, sps=5, acc=0.4), _rec(3, "oom")]
     report = build_report(cfg, recs)
-    assert {r["trial_id"] for r in report.front} == {0, 1}
+    assert {r.trial_id for r in report.front} == {0, 1}
     write_files(report, tmp_path)
     pareto = json.loads((tmp_path / "pareto.json").read_text())
     assert {t["trial_id"] for t in pareto["trials"]} == {0, 1}

@@ -73,7 +73,7 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkey
     front_ids = {t["trial_id"] for t in pareto["trials"]}
     assert front_ids == {t.number for t in study.best_trials}
     assert front_ids and all(by_number[i].user_attrs["status"] == "ok" for i in front_ids)
-    assert {r["trial_id"] for r in result.front} == front_ids
+    assert {r.trial_id for r in result.front} == front_ids
     assert len((run / "results.csv").read_text().splitlines()) == 5
     assert (run / "ray").is_dir()  # Tune's files are under the run directory
     assert list(home.iterdir()) == []  # no ~/.ray/auth_token, no ~/ray_results

@@ -9,53 +9,55 @@ import torch
 
 from tests.conftest import tiny_config
 from tune_batch import objectives
-from tune_batch.trial import TrialResult, run_trial
+from tune_batch.policy import Policy
+from tune_batch.records import Params, TrialResult
+from tune_batch.trial import run_trial
 
 
 def test_trial_on_digits_learns_and_measures_everything(tiny) -> None:
     res = run_trial(tiny, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, trial_id=7)
     assert res.status == "ok", res.reason
     m = res.metrics
-    assert m["val_acc"] > 0.5  # chance is 0.1
-    assert m["samples_per_s"] > 0 and math.isfinite(m["samples_per_s"])
-    assert 0 < m["device_util"] <= 1
-    assert 0 <= m["data_wait_frac"] < 1
-    assert m["peak_mem_bytes"] > 0
-    assert res.info["steps"] == 1024 // 16 and res.info["warmup_steps"] == 2
-    ext = res.info.get("window_extension_steps", 0)  # only with budget.min_window_s (on by default on CUDA)
-    assert res.info["timed_samples"] == (64 - 2 + ext) * 16
-    assert res.info["train_samples_done"] == 1024
-    assert res.info["device"].startswith("cuda" if torch.cuda.is_available() else "cpu")
+    assert m.val_acc > 0.5  # chance is 0.1
+    assert m.samples_per_s > 0 and math.isfinite(m.samples_per_s)
+    assert 0 < m.device_util <= 1
+    assert 0 <= m.data_wait_frac < 1
+    assert m.peak_mem_bytes > 0
+    assert res.info.steps == 1024 // 16 and res.info.warmup_steps == 2
+    ext = (res.info.window_extension_steps or 0)  # only with budget.min_window_s (on by default on CUDA)
+    assert res.info.timed_samples == (64 - 2 + ext) * 16
+    assert res.info.train_samples_done == 1024
+    assert res.info.device.startswith("cuda" if torch.cuda.is_available() else "cpu")
     # samples_per_s is the timed samples over the timed window, nothing else
-    assert m["samples_per_s"] == pytest.approx(res.info["timed_samples"] / m["timed_s"])
-    assert res.duration_s >= m["timed_s"]
+    assert m.samples_per_s == pytest.approx(res.info.timed_samples / m.timed_s)
+    assert res.duration_s >= m.timed_s
     rec = res.to_record()
     assert TrialResult.from_record(rec) == res
-    assert objectives.constraints(rec) == {"memory": 0.0, "space": 0.0}
+    assert objectives.constraints(res) == {"memory": 0.0, "space": 0.0}
 
 
 def test_short_window_is_lengthened_without_changing_training() -> None:
     base = tiny_config(budget={"train_samples": 512, "min_window_s": 0})
     plain = run_trial(base, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
     assert plain.status == "ok", plain.reason
-    assert "window_extension_steps" not in plain.info
-    want = 3 * plain.metrics["timed_s"] + 0.2
+    assert plain.info.window_extension_steps is None
+    want = 3 * plain.metrics.timed_s + 0.2
     longer = run_trial(tiny_config(budget={"train_samples": 512, "min_window_s": want}),
                        {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
     assert longer.status == "ok", longer.reason
-    extra = longer.info["window_extension_steps"]
+    extra = longer.info.window_extension_steps
     assert extra > 0
-    assert longer.metrics["timed_s"] >= want  # topped up by the clock: at least the minimum, whatever the load
-    assert longer.info["timed_steps"] == plain.info["timed_steps"] + extra
-    assert longer.metrics["samples_per_s"] == pytest.approx(longer.info["timed_samples"] / longer.metrics["timed_s"])
+    assert longer.metrics.timed_s >= want  # topped up by the clock: at least the minimum, whatever the load
+    assert longer.info.timed_steps == plain.info.timed_steps + extra
+    assert longer.metrics.samples_per_s == pytest.approx(longer.info.timed_samples / longer.metrics.timed_s)
     # the weights were put back: training saw exactly train_samples, as without the extension
-    assert longer.info["train_samples_done"] == plain.info["train_samples_done"] == 512
-    assert longer.metrics["val_acc"] == plain.metrics["val_acc"]
-    assert longer.info["final_loss"] == plain.info["final_loss"]
+    assert longer.info.train_samples_done == plain.info.train_samples_done == 512
+    assert longer.metrics.val_acc == plain.metrics.val_acc
+    assert longer.info.final_loss == plain.info.final_loss
 
 
 def test_extension_steps_rule() -> None:
-    from tune_batch.trial import _extension_steps
+    from tune_batch.trial.window import extension_steps as _extension_steps
 
     assert _extension_steps(1.5, 0.05, 1000.0) == 30  # 0.05 s/step, 1.5 s to go
     assert _extension_steps(-0.5, 0.05, 1000.0) == 0  # the window is long enough
@@ -67,8 +69,8 @@ def test_extension_steps_rule() -> None:
 def test_equal_sample_budget_across_batch_sizes(tiny) -> None:
     a = run_trial(tiny, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
     b = run_trial(tiny, {"batch_size": 64, "lr": 0.05, "num_gpus": 1})
-    assert a.info["train_samples_done"] == b.info["train_samples_done"] == 1024
-    assert a.info["steps"] == 4 * b.info["steps"]
+    assert a.info.train_samples_done == b.info.train_samples_done == 1024
+    assert a.info.steps == 4 * b.info.steps
 
 
 def test_oom_inside_a_trial_is_status_oom_not_an_error() -> None:
@@ -79,8 +81,8 @@ def test_oom_inside_a_trial_is_status_oom_not_an_error() -> None:
     assert res.status == "oom"
     assert "OutOfMemoryError" in res.reason
     assert res.traceback is None
-    assert objectives.constraints(res.to_record())["memory"] > 0
-    assert objectives.values(cfg, res.to_record()) == [0.0, 0.0, 0.0]
+    assert objectives.constraints(res)["memory"] > 0
+    assert objectives.values(cfg, res) == [0.0, 0.0, 0.0]
 
 
 def test_memory_cap_ends_the_trial_as_oom() -> None:
@@ -114,11 +116,13 @@ def test_other_exceptions_are_failed_with_traceback() -> None:
 
 
 def test_rule_breaking_combination_is_skipped_without_training(tiny) -> None:
-    res = run_trial(tiny, {"batch_size": 16, "lr": 0.05, "num_gpus": 2})
+    # the policy decides before anything is measured
+    res = Policy(tiny).skip(Params(16, 0.05, 2), trial_id=5)
     assert res.status == "skipped"
     assert "min_batch_per_gpu 16 x num_gpus 2 = 32" in res.reason
-    assert res.info["train_s"] == 0.0 and res.duration_s < 0.5
-    assert objectives.constraints(res.to_record()) == {"memory": 0.0, "space": 1.0}
+    assert res.info.train_s == 0.0 and res.duration_s == 0.0 and res.trial_id == 5
+    assert objectives.constraints(res) == {"memory": 0.0, "space": 1.0}
+    assert Policy(tiny).skip(Params(32, 0.05, 2), trial_id=6) is None
 
 
 def test_threads_are_restored_after_a_trial(tiny) -> None:
@@ -131,8 +135,8 @@ def test_profiled_steps_write_a_trace_and_stay_out_of_the_window(tmp_path) -> No
     cfg = tiny_config(profile={"enabled": True, "wait": 1, "warmup": 1, "active": 2, "repeat": 1})
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, trial_id=3, run_dir=tmp_path)
     assert res.status == "ok", res.reason
-    assert res.info["profiled_steps"] == 4
-    assert res.info["timed_steps"] == 64 - 2 - 4 + res.info.get("window_extension_steps", 0)
+    assert res.info.profiled_steps == 4
+    assert res.info.timed_steps == 64 - 2 - 4 + (res.info.window_extension_steps or 0)
     traces = list((tmp_path / "traces" / "3").glob("*.json"))
     assert traces, "no trace file written"
     import json

@@ -7,6 +7,7 @@ import sys
 import traceback
 
 from tune_batch.errors import UserError
+from tune_batch.records import Status, TrialResult
 
 EXIT_USER = 2
 
@@ -22,12 +23,21 @@ def _add_config(p: argparse.ArgumentParser) -> None:
                    help="override a config value, e.g. --set budget.trials=8 (YAML-typed; repeatable)")
 
 
+def _common() -> argparse.ArgumentParser:
+    """Flags every command takes, before or after its name (``tune-batch --debug search ...``
+    and ``tune-batch search ... --debug`` alike)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors")
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="tune-batch", description="Search batch size, learning rate and GPU count together.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    common = _common()
+    parser = _Parser(prog="tune-batch", description="Search batch size, learning rate and GPU count together.",
+                     parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("search", help="run a search and print the Pareto front")
+    s = sub.add_parser("search", help="run a search and print the Pareto front", parents=[common])
     _add_config(s)
     s.add_argument("--output", "-o", help="run directory (default runs/<name>-<timestamp>); an existing one is continued")
     s.add_argument("--address", help="Ray cluster address ('auto' or ray://host:port); default: a local Ray instance")
@@ -39,29 +49,27 @@ def build_parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--quiet", "-q", action="store_true", help="print only errors and the final table")
     g.add_argument("--verbose", "-v", action="store_true", help="show Ray's own logs and tables")
-    s.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    v = sub.add_parser("validate", help="check a config (with --set overrides) without running anything")
+    v = sub.add_parser("validate", help="check a config (with --set overrides) without running anything",
+                       parents=[common])
     _add_config(v)
-    v.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    m = sub.add_parser("max-batch", help="the largest batch size that fits under resources.device_memory, in few probes")
+    m = sub.add_parser("max-batch", help="the largest batch size that fits under resources.device_memory, in few probes",
+                       parents=[common])
     _add_config(m)
     m.add_argument("--num-gpus", type=int, default=1, help="workers the batch is split over (default 1)")
-    m.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    pr = sub.add_parser("probe", help="one measured trial with the full measurement report and a profiler trace")
+    pr = sub.add_parser("probe", help="one measured trial with the full measurement report and a profiler trace",
+                        parents=[common])
     _add_config(pr)
     pr.add_argument("--batch-size", type=int, required=True)
     pr.add_argument("--lr", type=float, required=True)
     pr.add_argument("--num-gpus", type=int, default=1)
     pr.add_argument("--output", "-o", help="run directory for the record and the trace (default runs/<name>-probe-<timestamp>)")
-    pr.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl")
+    r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl", parents=[common])
     r.add_argument("run_dir")
     r.add_argument("--prefer", help="as for search: an objective name or weights; default: the knee")
-    r.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
@@ -77,7 +85,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 def _cmd_search(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
-    from tune_batch.report import parse_prefer
+    from tune_batch.pareto import parse_prefer
     from tune_batch.runner import search
 
     cfg = load_config(args.config, args.overrides)
@@ -119,50 +127,68 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     out.prepare(cfg, force=True)
     res = run_trial(cfg, {"batch_size": args.batch_size, "lr": args.lr, "num_gpus": args.num_gpus}, trial_id="probe",
                     run_dir=out.path)
-    out.append(res.to_record())
+    out.append(res)
     print(render_probe(res))
     print(f"record: {out.trials_path}")
     return 0 if res.status == "ok" else 1
 
 
-def render_probe(res: object) -> str:
-    r = res  # TrialResult
-    m, info = r.metrics, r.info  # type: ignore[attr-defined]
-    lines = [f"trial {r.trial_id}: {r.status}" + (f" ({r.reason})" if r.reason else "")]  # type: ignore[attr-defined]
-    if r.status == "ok":  # type: ignore[attr-defined]
-        window = (f"timed window: {info['timed_steps']} steps, {info['timed_samples']} samples, {m['timed_s']:.2f} s; "
-                  f"{info['warmup_steps']} warm-up steps not timed")
-        if info.get("window_extension_steps"):
-            window += (f"; {info['window_extension_steps']} of the steps only lengthen the window to "
-                       f"budget.min_window_s, the weights were restored after them")
-        util_how = info.get("device_util_method") or ("CPU time / (wall x threads)" if "device_util_raw" in info else "")
-        lines += [
-            f"  device            {info.get('device')}",
-            f"  samples_per_s     {m['samples_per_s']:.1f}   ({window})",
-            f"  step_time_s       {m['step_time_s'] * 1000:.2f} ms",
-            f"  device_util       {m.get('device_util', float('nan')):.3f}   ({util_how})",
-            *([f"  sm_active         {info['sm_active']:.3f}   (share of SMs busy over the window, NVML GPM; "
-               f"tensor pipes busy {info.get('tensor_active', float('nan')):.3f})"] if "sm_active" in info else []),
-            f"  mfu               {m['mfu']:.3f}   ({m['model_flops_per_s'] / 1e9:.1f} GFLOP/s of {info['model_flops_per_sample'] / 1e9:.4f} GFLOP/sample; peak {info['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, {info['peak_source']})",
-            f"  peak_mem_bytes    {m['peak_mem_bytes'] / 2**20:.1f} MiB ({info.get('peak_mem_method', '')})",
-            f"  data_wait_frac    {m['data_wait_frac']:.3f}",
-            *([f"  energy            {m['energy_j_per_sample']:.5f} J/sample   (NVML total-energy counter over the window; "
-               f"mean power {info.get('power_w') or float('nan'):.0f} W)"] if "energy_j_per_sample" in m else []),
-            f"  val_acc           {m.get('val_acc', float('nan')):.4f}",
-            f"  bottleneck        {info['bottleneck']}: {info['suggestion']}",
-        ]
-        if "mfu_flag" in info:
-            lines.append(f"  warning           {info['mfu_flag']}")
-        if "trace_dir" in info:
-            lines.append(f"  trace             {info['trace_dir']} (profiled steps: {info['profiled_steps']}, "
-                         f"{info['profile_step_s'] * 1000:.2f} ms/step, profiler overhead {info['profiler_overhead']:+.1%})")
-        elif "profile" in info:
-            lines.append(f"  trace             {info['profile']}")
-    return "\n".join(lines)
+def _probe_window(res: TrialResult) -> str:
+    m, info = res.metrics, res.info
+    text = (f"timed window: {info.timed_steps} steps, {info.timed_samples} samples, {m.timed_s:.2f} s; "
+            f"{info.warmup_steps} warm-up steps not timed")
+    if info.window_extension_steps:
+        text += (f"; {info.window_extension_steps} of the steps only lengthen the window to "
+                 f"budget.min_window_s, the weights were restored after them")
+    return text
+
+
+def _probe_extras(res: TrialResult) -> list[str]:
+    m, info = res.metrics, res.info
+    lines = []
+    if info.mfu_flag:
+        lines.append(f"  warning           {info.mfu_flag}")
+    if info.trace_dir and info.profile_step_s is not None:
+        lines.append(f"  trace             {info.trace_dir} (profiled steps: {info.profiled_steps}, "
+                     f"{info.profile_step_s * 1000:.2f} ms/step, profiler overhead {info.profiler_overhead:+.1%})")
+    elif info.profile:
+        lines.append(f"  trace             {info.profile}")
+    if m.energy_j_per_sample is not None:
+        lines.insert(0, f"  energy            {m.energy_j_per_sample:.5f} J/sample   (NVML total-energy counter over "
+                        f"the window; mean power {info.power_w or float('nan'):.0f} W)")
+    return lines
+
+
+def render_probe(res: TrialResult) -> str:
+    """The probe's full measurement report of one trial."""
+    lines = [f"trial {res.trial_id}: {res.status.value}" + (f" ({res.reason})" if res.reason else "")]
+    if res.status is not Status.OK:
+        return "\n".join(lines)
+    m, info, nan = res.metrics, res.info, float("nan")
+    util_how = info.device_util_method or ("CPU time / (wall x threads)" if info.device_util_raw is not None else "")
+    lines += [
+        f"  device            {info.device}",
+        f"  samples_per_s     {m.samples_per_s:.1f}   ({_probe_window(res)})",
+        f"  step_time_s       {(m.step_time_s or nan) * 1000:.2f} ms",
+        f"  device_util       {m.device_util if m.device_util is not None else nan:.3f}   ({util_how})",
+        *([f"  sm_active         {info.sm_active:.3f}   (share of SMs busy over the window, NVML GPM; "
+           f"tensor pipes busy {info.tensor_active if info.tensor_active is not None else nan:.3f})"]
+          if info.sm_active is not None else []),
+        f"  mfu               {m.mfu:.3f}   ({(m.model_flops_per_s or nan) / 1e9:.1f} GFLOP/s of "
+        f"{(info.model_flops_per_sample or nan) / 1e9:.4f} GFLOP/sample; peak {(info.peak_flops_per_s or nan) / 1e9:.1f} "
+        f"GFLOP/s, {info.peak_source})",
+        f"  peak_mem_bytes    {(m.peak_mem_bytes or nan) / 2**20:.1f} MiB ({info.peak_mem_method or ''})",
+        f"  data_wait_frac    {m.data_wait_frac:.3f}",
+        f"  val_acc           {m.val_acc if m.val_acc is not None else nan:.4f}",
+        f"  bottleneck        {info.bottleneck}: {info.suggestion}",
+    ]
+    return "\n".join(lines + _probe_extras(res))
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tune_batch.report import build_report, parse_prefer, render_summary, write_files
+    from tune_batch.files import write_files
+    from tune_batch.pareto import parse_prefer
+    from tune_batch.report import build_report, render_summary
     from tune_batch.results import RunDir
 
     run = RunDir(args.run_dir)

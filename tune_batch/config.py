@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tune_batch.errors import ConfigError
 from tune_batch.metrics import OBJECTIVE_METRICS
+from tune_batch.sizes import parse_memory
+from tune_batch.yamlio import apply_overrides, read_yaml
 
 BUILTIN_DATASETS = ("cifar10", "digits", "synthetic", "imagefolder")
-SAMPLERS = ("tpe", "nsga2", "gp", "random")
 
 
 class _Section(BaseModel):
@@ -195,7 +196,8 @@ class BudgetConfig(_Section):
 
 class ResourcesConfig(_Section):
     device_memory: str | float | int | None = None
-    """Memory cap per device: a size ("24GiB", "512MiB"), a fraction of the device (0.5), or null."""
+    """Memory cap per device: a size ("24GiB", "512MiB"), a byte count, a fraction of the device
+    (0.5), or null."""
     cpus_per_trial: Literal["auto"] | int = "auto"
     """CPUs a one-worker trial asks Ray for; auto: all of a node's CPUs when there is no GPU."""
     memory_margin: float = Field(0.1, ge=0.0, lt=1.0)
@@ -287,39 +289,6 @@ class Config(_Section):
         return self.model_dump(mode="json")
 
 
-_UNITS = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
-}
-
-
-def parse_memory(value: str | float | int) -> tuple[str, float]:
-    """Parse a memory cap: ``("bytes", n)`` for sizes, ``("fraction", f)`` for 0 < f <= 1.
-
-    Raises ValueError with what is allowed.
-    """
-    allowed = 'a size such as "24GiB" or "512MiB", or a fraction of the device in (0, 1]'
-    if isinstance(value, bool):
-        raise ValueError(f"allowed: {allowed}")
-    if isinstance(value, (int, float)):
-        if 0 < value <= 1:
-            return ("fraction", float(value))
-        raise ValueError(f"{value!r} is not allowed: {allowed}")
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", value)
-    if not m:
-        raise ValueError(f"{value!r} is not allowed: {allowed}")
-    number, unit = float(m.group(1)), m.group(2).lower()
-    if not unit:
-        if 0 < number <= 1:
-            return ("fraction", number)
-        raise ValueError(f"{value!r} is not allowed: {allowed}")
-    if unit not in _UNITS:
-        raise ValueError(f"unit {m.group(2)!r} is not allowed: use B, KB, MB, GB, KiB, MiB, GiB, TiB")
-    if number <= 0:
-        raise ValueError(f"{value!r} is not allowed: the size must be > 0")
-    return ("bytes", number * _UNITS[unit])
-
-
 # ---------------------------------------------------------------- loading and errors
 
 
@@ -374,87 +343,6 @@ def _describe(err: dict[str, Any]) -> str:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _set_path(raw: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    if not all(parts):
-        raise ConfigError(f"--set {dotted}=...: bad key; use dotted names like budget.trials=8")
-    node: Any = raw
-    for part in parts[:-1]:
-        nxt = node.get(part) if isinstance(node, dict) else None
-        if nxt is None:
-            nxt = {}
-            node[part] = nxt
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"--set {dotted}: {part!r} is not a section (it holds {_short(nxt)})")
-        node = nxt
-    node[parts[-1]] = value
-
-
-class _Loader(yaml.SafeLoader):
-    """yaml.SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
-
-
-_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-    |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."),
-)
-
-
-def safe_load(text: str) -> Any:
-    """``yaml.safe_load`` semantics (no Python tags), with ``1e-4`` read as a float."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
-    """Apply ``key.path=value`` overrides; values are parsed as YAML (``[1,2]``, ``true``, ``1e-3``)."""
-    for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. budget.trials=8")
-        key, text = item.split("=", 1)
-        try:
-            value = safe_load(text) if text.strip() else None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--set {key}={text}: value is not valid YAML ({_yaml_problem(e)})") from e
-        _set_path(raw, key.strip(), value)
-    return raw
-
-
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    mark = getattr(e, "problem_mark", None)
-    if mark is not None:
-        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return str(problem)
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping with ``yaml.safe_load``; user errors raise ConfigError."""
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"config file {str(p)!r} does not exist")
-    if p.is_dir():
-        raise ConfigError(f"config file {str(p)!r} is a directory; give a .yaml file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config file {str(p)!r} cannot be read: {e}") from e
-    try:
-        raw = safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: YAML syntax error at {_yaml_problem(e)}") from e
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(raw).__name__}")
-    return raw
 
 
 def _relevant(errors: list[Any]) -> list[Any]:

@@ -49,7 +49,7 @@ def probe_trial(config: Config, num_gpus: int = 1, steps: int = 2) -> ProbeFn:
         profile = config.profile.model_copy(update={"enabled": False})
         cfg = config.model_copy(update={"budget": budget, "profile": profile})
         res = run_trial(cfg, {"batch_size": batch_size, "lr": config.space.lr.low, "num_gpus": num_gpus}, validate=False)
-        return Probe(batch_size, res.status, res.metrics.get("peak_mem_bytes"), res.duration_s, res.reason)
+        return Probe(batch_size, res.status.value, res.metrics.peak_mem_bytes, res.duration_s, res.reason)
 
     return probe
 

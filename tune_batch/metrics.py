@@ -1,6 +1,6 @@
 """Metric names and their natural directions: the one vocabulary of records and objectives.
 
-Definitions live in DESIGN.md; units are in the names.
+Definitions live in DESIGN.md; units are in the names. Statuses are ``records.Status``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,3 @@ OBJECTIVE_METRICS: dict[str, str] = {
     "data_wait_frac": "minimize",
     "duration_s": "minimize",
 }
-
-#: Trial statuses. ``ok`` is the only feasible one.
-STATUSES = ("ok", "oom", "skipped", "failed")

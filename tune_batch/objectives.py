@@ -1,11 +1,16 @@
-"""Objectives: which metrics, which directions, the values told to the sampler, and the
-constraint values that mark a trial infeasible (Optuna: feasible when every value <= 0)."""
+"""Objectives: which metrics, which directions, the values told to a sampler, and the
+constraint values that mark a trial infeasible (Optuna: feasible when every value <= 0).
+
+Directions are interpreted here and nowhere else: :func:`to_minimize` turns values into
+"smaller is better", the form the Pareto code and the hypervolume work in.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from tune_batch.config import Config
+from tune_batch.records import Status, TrialResult
 
 #: Finite stand-ins for infeasible / failed trials (Ray warns on inf; Optuna needs every value).
 SENTINEL_MAXIMIZE = 0.0
@@ -14,29 +19,41 @@ SENTINEL_MINIMIZE = 1e18
 CONSTRAINT_KEYS = ("memory", "space")
 
 
+def is_maximize(direction: str) -> bool:
+    """The one reading of a direction ("maximize" | "minimize"); raises ValueError otherwise."""
+    if direction not in ("maximize", "minimize"):
+        raise ValueError(f"direction {direction!r}: allowed: maximize, minimize")
+    return direction == "maximize"
+
+
+def to_minimize(values: Sequence[float], directions: Sequence[str]) -> list[float]:
+    """``values`` as "smaller is better" (maximised objectives negated)."""
+    return [-float(v) if is_maximize(d) else float(v) for v, d in zip(values, directions)]
+
+
 def sentinel(direction: str) -> float:
-    return SENTINEL_MAXIMIZE if direction == "maximize" else SENTINEL_MINIMIZE
+    """The worst finite value of an objective: what an infeasible trial reports."""
+    return SENTINEL_MAXIMIZE if is_maximize(direction) else SENTINEL_MINIMIZE
 
 
-def values(config: Config, record: dict[str, Any]) -> list[float]:
-    """The objective values of a record, in the config's order; sentinels unless ``ok``."""
-    metrics = record.get("metrics") or {}
+def values(config: Config, result: TrialResult) -> list[float]:
+    """The objective values of a result, in the config's order; sentinels unless ``ok``."""
     out = []
     for obj in config.objectives:
-        v = metrics.get(obj.metric)
-        out.append(float(v) if record.get("status") == "ok" and v is not None else sentinel(obj.direction))
+        v = result.metrics.value(obj.metric)
+        out.append(v if result.status is Status.OK and v is not None else sentinel(obj.direction))
     return out
 
 
-def constraints(record: dict[str, Any]) -> dict[str, float]:
+def constraints(result: TrialResult) -> dict[str, float]:
     """Constraint values: ``memory`` > 0 for oom and memory-skipped trials, ``space`` > 0 for
     combinations that break the batch rules; 0 (feasible) otherwise."""
-    status, reason = record.get("status"), record.get("reason") or ""
-    space_bad = status == "skipped" and reason.startswith("space:")
-    memory_bad = status == "oom" or (status == "skipped" and not space_bad)
+    status, reason = result.status, result.reason or ""
+    space_bad = status is Status.SKIPPED and reason.startswith("space:")
+    memory_bad = status is Status.OOM or (status is Status.SKIPPED and not space_bad)
     return {"memory": 1.0 if memory_bad else 0.0, "space": 1.0 if space_bad else 0.0}
 
 
-def is_feasible(record: dict[str, Any]) -> bool:
+def is_feasible(result: TrialResult, metrics: Sequence[str]) -> bool:
     """Only ``ok`` trials with every objective present and finite can be on a front."""
-    return record.get("status") == "ok"
+    return result.status is Status.OK and result.metrics.has_finite(list(metrics))

@@ -1,15 +1,27 @@
-"""Pareto front: non-dominated sort for any number of objectives with their directions."""
+"""The Pareto front and the choice on it: non-dominated sort, scaling, hypervolume (any number
+of objectives), the knee and the recommendation.
+
+Everything works on "smaller is better" values from :func:`objectives.to_minimize`; scaled
+values are in [0, 1] with 1 = best.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
+from tune_batch.errors import UserError
+from tune_batch.objectives import is_feasible, to_minimize
+from tune_batch.records import TrialResult
 
-def _as_minimize(points: Sequence[Sequence[float]], directions: Sequence[str]) -> list[list[float]]:
-    signs = [1.0 if d == "minimize" else -1.0 for d in directions]
-    return [[s * float(v) for s, v in zip(signs, p)] for p in points]
+KNEE_METHOD = "knee: closest to the ideal point after scaling each objective to [0, 1] over the front"
+
+#: The hypervolume's reference point, in scaled objective space: each objective scaled to
+#: [0, 1] (0 = the worst bound, 1 = the best), the reference 10 % beyond the worst bound, so a
+#: front point at the worst value of one objective still adds volume.
+REFERENCE = -0.1
+
+Prefer = str | dict[str, float] | None
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -20,89 +32,123 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
 def non_dominated(points: Sequence[Sequence[float]], directions: Sequence[str]) -> list[int]:
     """Indices of the points no other point dominates. Duplicates of a front point are all kept
     (as Optuna's ``best_trials`` keeps them). Points with a non-finite value are excluded."""
-    pts = _as_minimize(points, directions)
+    pts = [to_minimize(p, directions) for p in points]
     finite = [i for i, p in enumerate(pts) if all(math.isfinite(v) for v in p)]
-    front = []
-    for i in finite:
-        if not any(dominates(pts[j], pts[i]) for j in finite if j != i):
-            front.append(i)
-    return front
+    return [i for i in finite if not any(dominates(pts[j], pts[i]) for j in finite if j != i)]
 
 
-def front_records(records: Sequence[dict[str, Any]], metrics: Sequence[str], directions: Sequence[str]) -> list[dict[str, Any]]:
-    """The feasible (``ok``) records on the Pareto front of ``metrics``, in record order."""
-    ok = [r for r in records if r.get("status") == "ok" and all(m in (r.get("metrics") or {}) for m in metrics)]
-    pts = [[r["metrics"][m] for m in metrics] for r in ok]
-    return [ok[i] for i in non_dominated(pts, directions)]
+def feasible(results: Sequence[TrialResult], metrics: Sequence[str]) -> list[TrialResult]:
+    return [r for r in results if is_feasible(r, metrics)]
 
 
-# ---------------------------------------------------------------- hypervolume
+def _points(results: Sequence[TrialResult], metrics: Sequence[str]) -> list[list[float]]:
+    return [[r.metrics.value(m) for m in metrics] for r in results]  # type: ignore[misc]
 
-#: The reference point, in normalised objective space: each objective is scaled to [0, 1]
-#: (0 = the worst bound, 1 = the best), and the reference sits 10 % beyond the worst bound, so
-#: a front point at the worst value of one objective still adds volume.
-REFERENCE = -0.1
+
+def front(results: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str]) -> list[TrialResult]:
+    """The feasible results on the Pareto front of ``metrics``, in the given order."""
+    ok = feasible(results, metrics)
+    return [ok[i] for i in non_dominated(_points(ok, metrics), directions)]
 
 
 def normalise(points: Sequence[Sequence[float]], directions: Sequence[str],
               bounds: Sequence[tuple[float, float]] | None = None) -> list[list[float]]:
-    """Scale each objective to [0, 1] with 1 = best, using ``bounds`` (lo, hi) per objective or
-    the points' own min and max. A constant objective scales to 1."""
+    """Scale each objective to [0, 1] with 1 = best, using ``bounds`` (lo, hi) per objective in
+    the metric's own units, or the points' own min and max. A constant objective scales to 1."""
     k = len(directions)
     if bounds is None:
         bounds = [(min(p[i] for p in points), max(p[i] for p in points)) if points else (0.0, 1.0) for i in range(k)]
+    # bounds as "smaller is better": the best bound is the smaller one
+    lo_hi = [sorted(to_minimize([lo, hi], [d, d])) for (lo, hi), d in zip(bounds, directions)]
     out = []
     for p in points:
         row = []
-        for i, d in enumerate(directions):
-            lo, hi = bounds[i]
-            span = hi - lo
-            u = 1.0 if span <= 0 else (float(p[i]) - lo) / span
-            row.append(u if d == "maximize" else 1.0 - u)
+        for v, (best, worst) in zip(to_minimize(p, directions), lo_hi):
+            span = worst - best
+            row.append(1.0 if span <= 0 else (worst - v) / span)
         out.append(row)
     return out
 
 
-def _hv2(pts: list[tuple[float, float]], ref: float) -> float:
-    """Area dominated by maximised 2-D points above (ref, ref)."""
-    pts = sorted({p for p in pts if p[0] > ref and p[1] > ref}, key=lambda p: (-p[0], -p[1]))
-    area, best_y = 0.0, ref
-    for x, y in pts:
-        if y > best_y:
-            area += (x - ref) * (y - best_y)
-            best_y = y
-    return area
-
-
 def hypervolume(points: Sequence[Sequence[float]], ref: float = REFERENCE) -> float:
-    """Exact hypervolume of maximised, normalised points (2 or 3 objectives; 1 is a length)
-    above the reference point ``(ref, ..., ref)``."""
+    """Exact hypervolume of scaled points (1 = best in every objective) above the reference
+    point ``(ref, ..., ref)``, for any number of objectives: slices along the last objective
+    (between consecutive levels the dominated volume is the (k-1)-dimensional hypervolume of the
+    points at least that high), keeping only non-dominated points at each level."""
     pts = [tuple(float(v) for v in p) for p in points]
+    pts = [p for p in pts if all(v > ref for v in p)]
     if not pts:
         return 0.0
-    k = len(pts[0])
-    if k == 1:
-        return max(0.0, max(p[0] for p in pts) - ref)
-    if k == 2:
-        return _hv2(pts, ref)  # type: ignore[arg-type]
-    if k == 3:
-        # slice along the third objective: between consecutive z levels the dominated area is
-        # the 2-D hypervolume of the points at least that high
-        zs = sorted({p[2] for p in pts if p[2] > ref}, reverse=True)
-        vol = 0.0
-        for i, z in enumerate(zs):
-            below = zs[i + 1] if i + 1 < len(zs) else ref
-            vol += _hv2([(p[0], p[1]) for p in pts if p[2] >= z], ref) * (z - below)
-        return vol
-    raise ValueError(f"exact hypervolume is implemented for 1-3 objectives, not {k}")
+    if len(pts[0]) == 1:
+        return max(p[0] for p in pts) - ref
+    keep = non_dominated(pts, ["maximize"] * len(pts[0]))
+    pts = sorted({pts[i] for i in keep}, key=lambda p: -p[-1])
+    levels = sorted({p[-1] for p in pts}, reverse=True)
+    vol = 0.0
+    for i, z in enumerate(levels):
+        below = levels[i + 1] if i + 1 < len(levels) else ref
+        vol += hypervolume([p[:-1] for p in pts if p[-1] >= z], ref) * (z - below)
+    return vol
 
 
-def front_hypervolume(records: Sequence[dict[str, Any]], metrics: Sequence[str], directions: Sequence[str],
+def front_hypervolume(results: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str],
                       bounds: Sequence[tuple[float, float]] | None = None) -> float:
-    """Hypervolume of the feasible records' front, normalised by ``bounds`` (default: the
-    feasible records' own ranges)."""
-    ok = [r for r in records if r.get("status") == "ok" and all(m in (r.get("metrics") or {}) for m in metrics)]
-    pts = [[r["metrics"][m] for m in metrics] for r in ok]
-    if not pts:
-        return 0.0
-    return hypervolume(normalise(pts, directions, bounds))
+    """Hypervolume of the feasible results' front, scaled by ``bounds`` (default: the feasible
+    results' own ranges)."""
+    pts = _points(feasible(results, metrics), metrics)
+    return hypervolume(normalise(pts, directions, bounds)) if pts else 0.0
+
+
+def knee(points: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str]) -> TrialResult | None:
+    """The recommended point: after scaling each objective to [0, 1] over the front (1 = best),
+    the point closest (Euclidean) to the ideal point where every objective is at its best."""
+    if not points:
+        return None
+    scaled = normalise(_points(points, metrics), directions)
+    dist = [math.sqrt(sum((1.0 - u) ** 2 for u in row)) for row in scaled]
+    return points[min(range(len(points)), key=lambda i: (dist[i], i))]
+
+
+def recommend(points: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str],
+              prefer: Prefer = None) -> tuple[TrialResult | None, str]:
+    """The recommended front point and how it was chosen: the knee by default, the best point
+    in one metric (``prefer="samples_per_s"``), or the best weighted sum of the objectives
+    scaled to [0, 1] over the front (``prefer={"samples_per_s": 2, "val_acc": 1}``)."""
+    if not points or prefer is None:
+        return knee(points, metrics, directions), KNEE_METHOD
+    scaled = normalise(_points(points, metrics), directions)
+    if isinstance(prefer, str):
+        k = list(metrics).index(prefer)
+        kn = knee(points, metrics, directions)
+        best = max(range(len(points)), key=lambda i: (scaled[i][k], points[i] is kn, -i))
+        return points[best], f"prefer {prefer}: the front point best in {prefer}"
+    w = [prefer.get(m, 0.0) for m in metrics]
+    best = max(range(len(points)), key=lambda i: (sum(wi * u for wi, u in zip(w, scaled[i])), -i))
+    shown = ", ".join(f"{m}={prefer[m]:g}" for m in metrics if m in prefer)
+    return points[best], f"prefer weights {shown}: the best weighted sum of objectives scaled to [0, 1] over the front"
+
+
+def parse_prefer(text: str | None, metrics: Sequence[str]) -> Prefer:
+    """``--prefer``: a metric name, or weights ``metric=w,metric=w``. Raises UserError."""
+    if not text:
+        return None
+    allowed = ", ".join(metrics)
+    if "=" not in text:
+        if text not in metrics:
+            raise UserError(f"--prefer {text!r}: not an objective; allowed: {allowed} (or weights like samples_per_s=2,val_acc=1)")
+        return text
+    weights: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, w = part.partition("=")
+        name = name.strip()
+        if name not in metrics:
+            raise UserError(f"--prefer {text!r}: {name!r} is not an objective; allowed: {allowed}")
+        try:
+            weights[name] = float(w)
+        except ValueError as e:
+            raise UserError(f"--prefer {text!r}: weight {w!r} of {name} is not a number") from e
+        if not weights[name] >= 0:
+            raise UserError(f"--prefer {text!r}: weights must be >= 0")
+    if not any(weights.values()):
+        raise UserError(f"--prefer {text!r}: at least one weight must be > 0")
+    return weights

@@ -7,7 +7,8 @@ import time
 from typing import Any, TextIO
 
 from tune_batch.config import Config
-from tune_batch.pareto import front_records
+from tune_batch.pareto import front
+from tune_batch.records import Status, TrialResult
 
 
 def _clock(seconds: float) -> str:
@@ -24,7 +25,7 @@ class Progress:
         self.total = total
         self.quiet = quiet
         self.stream = stream or sys.stdout
-        self.records: list[dict[str, Any]] = []  # finished trials, earlier runs' included
+        self.records: list[TrialResult] = []  # finished trials, earlier runs' included
         self._start = time.monotonic()
         self._done_here = 0
         self.running = 0
@@ -45,25 +46,24 @@ class Progress:
     def started(self) -> None:
         self.running += 1
 
-    def finished(self, rec: dict[str, Any]) -> None:
+    def finished(self, rec: TrialResult) -> None:
         self.running = max(0, self.running - 1)
         self.records.append(rec)
         self._done_here += 1
         if self.quiet:
             return
-        done = len({r.get("trial_id") for r in self.records})
-        counts = {s: sum(1 for r in self.records if r.get("status") == s) for s in ("oom", "skipped", "failed")}
-        front = front_records(self.records, self.config.metric_names, self.config.directions)
+        done = len({r.trial_id for r in self.records})
+        counts = {s: sum(1 for r in self.records if r.status is s) for s in (Status.OOM, Status.SKIPPED, Status.FAILED)}
+        size = len(front(self.records, self.config.metric_names, self.config.directions))
         elapsed = time.monotonic() - self._start
         left = (elapsed / self._done_here) * max(0, self.total - done)
-        p = rec.get("params") or {}
-        m = rec.get("metrics") or {}
-        what = f"trial {rec.get('trial_id')} {rec.get('status')}: batch_size={p.get('batch_size')} lr={p.get('lr', 0):.3g} num_gpus={p.get('num_gpus')}"
-        if rec.get("status") == "ok":
-            shown = ", ".join(f"{k} {m[k]:.3g}" for k in self.config.metric_names if k in m)
+        p = rec.params
+        what = f"trial {rec.trial_id} {rec.status.value}: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus}"
+        if rec.status is Status.OK:
+            shown = ", ".join(f"{k} {v:.3g}" for k in self.config.metric_names if (v := rec.metrics.value(k)) is not None)
             what += f" -> {shown}"
-        elif rec.get("reason"):
-            what += f" ({str(rec['reason'])[:80]})"
-        tail = (f"running {self.running} | oom {counts['oom']} skipped {counts['skipped']} failed {counts['failed']}"
-                f" | front {len(front)} | {_clock(elapsed)} elapsed, ~{_clock(left)} left")
+        elif rec.reason:
+            what += f" ({rec.reason[:80]})"
+        tail = (f"running {self.running} | " + " ".join(f"{s.value} {n}" for s, n in counts.items())
+                + f" | front {size} | {_clock(elapsed)} elapsed, ~{_clock(left)} left")
         self.say(f"[{done}/{self.total}] {what} | {tail}")

@@ -13,27 +13,28 @@ import math
 from itertools import combinations
 from typing import Any
 
+from tune_batch.objectives import is_feasible
+from tune_batch.records import Status, TrialResult
 from tune_batch.report import Report, row
 
-STATUS_COLOURS = {"ok": "#1f77b4", "oom": "#9e9e9e", "skipped": "#c7c7c7", "failed": "#7f7f7f"}
+STATUS_COLOURS = {Status.OK: "#1f77b4", Status.OOM: "#9e9e9e", Status.SKIPPED: "#c7c7c7", Status.FAILED: "#7f7f7f"}
 
 
-def _hover(r: dict[str, Any], metrics: list[str]) -> str:
-    p, m = r.get("params") or {}, r.get("metrics") or {}
-    lines = [f"trial {r.get('trial_id')}: {r.get('status')}",
-             f"batch_size {p.get('batch_size')}, lr {p.get('lr', 0):.3g}, num_gpus {p.get('num_gpus')}"]
-    lines += [f"{k} {m[k]:.4g}" for k in metrics if k in m]
-    if r.get("reason"):
-        lines.append(html.escape(str(r["reason"])[:160]))
+def _hover(r: TrialResult, metrics: list[str]) -> str:
+    p = r.params
+    lines = [f"trial {r.trial_id}: {r.status.value}", f"batch_size {p.batch_size}, lr {p.lr:.3g}, num_gpus {p.num_gpus}"]
+    lines += [f"{k} {r.metrics.value(k):.4g}" for k in metrics if r.metrics.value(k) is not None]
+    if r.reason:
+        lines.append(html.escape(r.reason[:160]))
     return "<br>".join(lines)
 
 
 def figure_data(report: Report) -> dict[str, Any]:
     """The plot's data, computed apart from drawing (tests check this)."""
     metrics = report.config.metric_names
-    ok = [r for r in report.records if r.get("status") == "ok" and all(k in r["metrics"] for k in metrics)]
-    front_ids = {r.get("trial_id") for r in report.front}
-    rec_id = report.recommended.get("trial_id") if report.recommended else None
+    ok = [r for r in report.records if is_feasible(r, metrics)]
+    front_ids = {r.trial_id for r in report.front}
+    rec_id = report.recommended.trial_id if report.recommended else None
     pairs = list(combinations(metrics, 2)) if len(metrics) > 1 else []
     return {
         "metrics": metrics,
@@ -59,14 +60,14 @@ def _figure(report: Report, data: dict[str, Any]) -> Any:
     titles = ["parameter space: batch_size x lr (grey: infeasible / failed)"] + [f"{b} vs {a}" for a, b in pairs]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.15)
 
-    for status in ("ok", "oom", "skipped", "failed"):
-        recs = [r for r in data["all"] if r.get("status") == status]
+    for status in Status:
+        recs = [r for r in data["all"] if r.status is status]
         if not recs:
             continue
         fig.add_trace(go.Scatter(
-            x=[r["params"]["batch_size"] for r in recs], y=[r["params"]["lr"] for r in recs], mode="markers",
-            name=f"{status} ({len(recs)})", legendgroup=status,
-            marker={"color": STATUS_COLOURS[status], "size": 10, "symbol": "circle" if status == "ok" else "x"},
+            x=[r.params.batch_size for r in recs], y=[r.params.lr for r in recs], mode="markers",
+            name=f"{status.value} ({len(recs)})", legendgroup=status.value,
+            marker={"color": STATUS_COLOURS[status], "size": 10, "symbol": "circle" if status is Status.OK else "x"},
             hovertext=[_hover(r, metrics) for r in recs], hoverinfo="text"), row=1, col=1)
     fig.update_xaxes(type="log", title_text="batch_size", row=1, col=1)
     fig.update_yaxes(type="log", title_text="lr", row=1, col=1)
@@ -75,16 +76,16 @@ def _figure(report: Report, data: dict[str, Any]) -> Any:
     for i, (a, b) in enumerate(pairs, start=1):
         r_, c_ = divmod(i, cols)
         r_, c_ = r_ + 1, c_ + 1
-        colours = ["#d62728" if r.get("trial_id") in front_ids else "#aec7e8" for r in ok]
+        colours = ["#d62728" if r.trial_id in front_ids else "#aec7e8" for r in ok]
         fig.add_trace(go.Scatter(
-            x=[r["metrics"][a] for r in ok], y=[r["metrics"][b] for r in ok], mode="markers",
+            x=[r.metrics.value(a) for r in ok], y=[r.metrics.value(b) for r in ok], mode="markers",
             name="feasible (red: Pareto front)", legendgroup="pairs", showlegend=i == 1,
             marker={"color": colours, "size": 10}, hovertext=[_hover(r, metrics) for r in ok], hoverinfo="text"),
             row=r_, col=c_)
         if rec_id is not None:
             rec = report.recommended
             fig.add_trace(go.Scatter(
-                x=[rec["metrics"][a]], y=[rec["metrics"][b]], mode="markers", name="recommended",
+                x=[rec.metrics.value(a)], y=[rec.metrics.value(b)], mode="markers", name="recommended",
                 legendgroup="rec", showlegend=i == 1,
                 marker={"symbol": "star", "size": 20, "color": "gold", "line": {"color": "black", "width": 1}},
                 hovertext=[_hover(rec, metrics)], hoverinfo="text"), row=r_, col=c_)
@@ -102,11 +103,11 @@ def _parallel(report: Report, data: dict[str, Any]) -> Any:
     if not ok:
         return None
     dims = [
-        {"label": "log2 batch_size", "values": [math.log2(r["params"]["batch_size"]) for r in ok]},
-        {"label": "log10 lr", "values": [math.log10(r["params"]["lr"]) for r in ok]},
-        {"label": "num_gpus", "values": [r["params"]["num_gpus"] for r in ok]},
-    ] + [{"label": m, "values": [r["metrics"][m] for r in ok]} for m in data["metrics"]]
-    colour = [1 if r.get("trial_id") in data["front_ids"] else 0 for r in ok]
+        {"label": "log2 batch_size", "values": [math.log2(r.params.batch_size) for r in ok]},
+        {"label": "log10 lr", "values": [math.log10(r.params.lr) for r in ok]},
+        {"label": "num_gpus", "values": [r.params.num_gpus for r in ok]},
+    ] + [{"label": m, "values": [r.metrics.value(m) for r in ok]} for m in data["metrics"]]
+    colour = [1 if r.trial_id in data["front_ids"] else 0 for r in ok]
     fig = go.Figure(go.Parcoords(line={"color": colour, "colorscale": [[0, "#aec7e8"], [1, "#d62728"]]}, dimensions=dims))
     fig.update_layout(title_text="parallel coordinates (red: Pareto front)", height=420, width=1350)
     return fig
@@ -126,7 +127,7 @@ def render_html(report: Report) -> str:
     table = ["<table id='tb-trials'><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
     front_ids = data["front_ids"]
     for rec, r in zip(report.records, rows_):
-        cls = "front" if rec.get("trial_id") in front_ids else rec.get("status", "")
+        cls = "front" if rec.trial_id in front_ids else rec.status.value
         if report.recommended is not None and rec is report.recommended:
             cls += " recommended"
         cells = "".join(f"<td>{html.escape(_cell(r[c]))}</td>" for c in cols)
@@ -134,8 +135,8 @@ def render_html(report: Report) -> str:
     table.append("</tbody></table>")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items()))
     rec = report.recommended
-    rec_line = (f"recommended: trial {rec['trial_id']}: batch_size {rec['params']['batch_size']}, lr {rec['params']['lr']:.4g}, "
-                f"num_gpus {rec['params']['num_gpus']} ({html.escape(report.method)})" if rec else "no feasible trial")
+    rec_line = (f"recommended: trial {rec.trial_id}: batch_size {rec.params.batch_size}, lr {rec.params.lr:.4g}, "
+                f"num_gpus {rec.params.num_gpus} ({html.escape(report.method)})" if rec else "no feasible trial")
     summary = json.dumps({"n_points": data["n_points"], "n_trials": len(report.records), "n_front": len(report.front)})
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>tune_batch report: {html.escape(report.config.name)}</title>

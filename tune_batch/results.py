@@ -16,6 +16,7 @@ import yaml
 
 from tune_batch.config import Config, config_from_dict, dump_config
 from tune_batch.errors import RunDirError
+from tune_batch.records import TrialResult
 
 CONFIG_FILE = "config.yaml"
 TRIALS_FILE = "trials.jsonl"
@@ -40,10 +41,10 @@ def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k) and k not in RESUMABLE_KEYS)
 
 
-def load_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records of a trials.jsonl, and warnings for lines that do not parse (a line cut by a
-    crash or power loss is reported and skipped, never fatal)."""
-    records: list[dict[str, Any]] = []
+def load_records(path: Path) -> tuple[list[TrialResult], list[str]]:
+    """Records of a trials.jsonl, and warnings for lines that are not trial records (a line cut
+    by a crash or power loss, a foreign object): each is reported and skipped, never fatal."""
+    records: list[TrialResult] = []
     warnings: list[str] = []
     if not path.exists():
         return records, warnings
@@ -55,7 +56,7 @@ def load_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 rec = json.loads(line)
                 if not isinstance(rec, dict):
                     raise ValueError("not an object")
-                records.append(rec)
+                records.append(TrialResult.from_record(rec))
             except ValueError as e:
                 warnings.append(f"{path.name} line {lineno} is broken and was ignored ({e})")
     return records, warnings
@@ -141,16 +142,22 @@ class RunDir:
         raw = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
         return config_from_dict(raw, source=str(self.config_path))
 
-    def append(self, record: dict[str, Any]) -> None:
-        """Append one record as a JSON line, flushed and fsynced before returning."""
-        line = json.dumps(record, default=_json_default, allow_nan=True) + "\n"
+    def append(self, result: TrialResult) -> None:
+        """Append one record as a JSON line, flushed and fsynced before returning. It starts on a
+        fresh line whatever the file ends with (a line cut by a crash stays on its own)."""
+        line = json.dumps(result.to_record(), default=_json_default, allow_nan=True) + "\n"
         with self._lock:
-            with self.trials_path.open("a", encoding="utf-8") as f:
-                f.write(line)
+            with self.trials_path.open("a+b") as f:
+                f.seek(0, os.SEEK_END)
+                if f.tell() > 0:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":
+                        line = "\n" + line
+                f.write(line.encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())
 
-    def records(self) -> tuple[list[dict[str, Any]], list[str]]:
+    def records(self) -> tuple[list[TrialResult], list[str]]:
         return load_records(self.trials_path)
 
 

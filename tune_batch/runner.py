@@ -11,22 +11,25 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tune_batch.config import Config
 from tune_batch.errors import ConfigError
-from tune_batch.oom import FeasibilityModel
+from tune_batch.files import write_files
+from tune_batch.pareto import Prefer
+from tune_batch.policy import Policy
 from tune_batch.progress import Progress
-from tune_batch.report import Report, build_report, latest_per_trial, render_summary, write_files
+from tune_batch.quiet import quiet_libraries
+from tune_batch.records import TrialResult
+from tune_batch.report import Report, build_report, latest_per_trial, render_summary
 from tune_batch.results import RunDir
 
 
 @dataclass(frozen=True)
 class SearchResult:
     run_dir: Path
-    records: list[dict[str, Any]]
-    front: list[dict[str, Any]]
-    recommended: dict[str, Any] | None
+    records: list[TrialResult]
+    front: list[TrialResult]
+    recommended: TrialResult | None
     report: Report = field(repr=False)
 
 
@@ -45,56 +48,56 @@ def preflight(config: Config) -> str:
     n_params = sum(p.numel() for p in model.parameters())
     smallest = min(config.space.batch_choices())
     if len(ds.train) < smallest:  # type: ignore[arg-type]
-        raise ConfigError(f"space.batch_size: the smallest batch ({smallest}) is larger than the training set ({len(ds.train)} samples)")  # type: ignore[arg-type]
+        raise ConfigError(f"space.batch_size: the smallest batch ({smallest}) is larger than the training set "
+                          f"({len(ds.train)} samples)")  # type: ignore[arg-type]
     if config.budget.train_samples < 2 * smallest:
-        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest batch_size ({2 * smallest})")
+        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
+                          f"batch_size ({2 * smallest})")
     return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
 
 
-def open_storage(url: str) -> Any:
-    import optuna
-
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
-
-
-def check_study(storage: Any, study_name: str, config: Config) -> bool:
-    """Refuse a study whose directions differ from the objectives (OptunaSearch would silently
-    ignore them), and mark trials a dead process left RUNNING as FAIL so they are run again.
-    Returns True when the study is new or empty (a fresh search: seed points are added)."""
-    import optuna
-
-    from tune_batch.backends.optuna import check_directions
-
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        return True
-    check_directions(study, config)
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-    return not study.trials
+def _one_worker_only(config: Config, progress: Progress) -> Config:
+    """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped."""
+    if all(n == 1 for n in config.space.num_gpus):
+        return config
+    progress.say("warning: space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
+                 "trials in this process; use backend 'ray' for data-parallel trials")
+    return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
 
 
-def feasibility_model(config: Config, records: list[dict[str, Any]]) -> FeasibilityModel | None:
-    """The memory feasibility model of a search, taught by the records already in the run
-    directory (so a continued search remembers its boundary); None when switched off."""
-    if not config.resources.feasibility_model:
-        return None
-    from tune_batch.oom import cap_bytes
+def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
+                 address: str | None, storage_url: str | None, study_name: str | None, verbose: bool) -> None:
+    """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend."""
+    from tune_batch import study as seam
 
-    model = FeasibilityModel(cap_bytes(config.resources.device_memory, None))
-    for rec in records:
-        model.observe(rec)
-    return model
+    storage = seam.open_storage(storage_url or run_dir.study_url)
+    name = study_name or config.name
+    fresh = seam.prepare(storage, name, config)
+    budget = config.budget.model_copy(update={"trials": config.budget.trials - len(done)})
+    run_config = config.model_copy(update={"budget": budget})
+    policy = Policy(config, done)
+    with quiet_libraries(verbose):
+        if config.search.backend == "optuna":
+            from tune_batch.backends import optuna as optuna_backend
+
+            optuna_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
+                                      study_name=name, progress=progress, policy=policy, fresh=fresh)
+        else:
+            from tune_batch.backends import ray as ray_backend
+
+            ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
+                                   policy=policy, address=address or config.search.address, verbose=verbose,
+                                   fresh=fresh)
 
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
            storage_url: str | None = None, study_name: str | None = None, force: bool = False,
-           quiet: bool = False, verbose: bool = False, prefer: str | dict[str, float] | None = None) -> SearchResult:
+           quiet: bool = False, verbose: bool = False, prefer: Prefer = None) -> SearchResult:
     """Run the search of ``config`` (or continue it) and write its reports.
 
     Raises UserError (ConfigError, WorkloadError, RunDirError) for user mistakes, before
-    anything is written to ``output``.
+    anything is written to ``output``. Logger levels, warning filters, environment variables
+    and Optuna's verbosity are as they were when it returns.
     """
     run_dir = RunDir(output or default_output(config))
     RunDir.check_writable(run_dir.path)
@@ -107,38 +110,18 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
     done = latest_per_trial(previous)
     for w in warnings:
         progress.say(f"warning: {w}")
-    remaining = config.budget.trials - len(done)
     progress.records = list(done)  # the front and counts include trials already finished
     if resumed:
-        progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, {max(0, remaining)} to run")
-    if remaining > 0:
-        storage = open_storage(storage_url or run_dir.study_url)
-        name = study_name or config.name
-        fresh = check_study(storage, name, config)
-        budget = config.budget.model_copy(update={"trials": remaining})
-        run_config = config.model_copy(update={"budget": budget})
-        feasibility = feasibility_model(config, done)
-        if config.search.backend == "optuna":
-            from tune_batch.backends import optuna as optuna_backend
-
-            if any(n > 1 for n in config.space.num_gpus):
-                progress.say("warning: space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
-                             "trials in this process; use backend 'ray' for data-parallel trials")
-                space = run_config.space.model_copy(update={"num_gpus": [1]})
-                run_config = run_config.model_copy(update={"space": space})
-
-            optuna_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
-                                      feasibility=feasibility, verbose=verbose, fresh=fresh)
-        else:
-            from tune_batch.backends import ray as ray_backend
-
-            ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
-                                   address=address or config.search.address, verbose=verbose, feasibility=feasibility,
-                                   fresh=fresh)
+        progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, "
+                     f"{max(0, config.budget.trials - len(done))} to run")
+    if config.budget.trials > len(done):
+        _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
+                     study_name=study_name, verbose=verbose)
     records, warnings = run_dir.records()
     report = build_report(config, records, warnings, prefer=prefer)
     write_files(report, run_dir.path)
     if not quiet:
         print(render_summary(report), flush=True)
-        print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)", flush=True)
+        print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
+              flush=True)
     return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

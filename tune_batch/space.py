@@ -10,13 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from tune_batch.config import SpaceConfig
+from tune_batch.records import Params
 
+#: The searched parameters, spelled the same in config, space, records and reports.
 PARAMS = ("batch_size", "lr", "num_gpus")
 
 
-def violation(params: dict[str, Any], space: SpaceConfig) -> str | None:
+def violation(params: Params | dict[str, Any], space: SpaceConfig) -> str | None:
     """Why ``params`` break the seed's batch rules, or None when they are fine."""
-    b, n = int(params["batch_size"]), int(params["num_gpus"])
+    p = Params.of(params)
+    b, n = p.batch_size, p.num_gpus
     if b % n:
         return f"batch_size {b} is not divisible by num_gpus {n}"
     need = space.min_batch_per_gpu * n
@@ -30,10 +33,11 @@ def suggest(trial: Any, space: SpaceConfig, gpu_choices: list[int] | None = None
     ``suggest_*`` methods). ``gpu_choices`` overrides ``space.num_gpus`` (e.g. filtered to
     what the cluster has)."""
     gpus = gpu_choices or list(space.num_gpus)
+    batch_size, lr, num_gpus = PARAMS
     return {
-        "batch_size": trial.suggest_categorical("batch_size", space.batch_choices()),
-        "lr": trial.suggest_float("lr", space.lr.low, space.lr.high, log=space.lr.log),
-        "num_gpus": trial.suggest_categorical("num_gpus", gpus),
+        batch_size: trial.suggest_categorical(batch_size, space.batch_choices()),
+        lr: trial.suggest_float(lr, space.lr.low, space.lr.high, log=space.lr.log),
+        num_gpus: trial.suggest_categorical(num_gpus, gpus),
     }
 
 

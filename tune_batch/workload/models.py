@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-import torch
 from torch import nn
 
 from tune_batch.config import ModelConfig
@@ -105,7 +104,3 @@ def build_model(cfg: ModelConfig, extra: dict[str, Any] | None = None) -> nn.Mod
     if cfg.num_classes != len(weights.meta["categories"]):
         _replace_head(model, cfg.num_classes, cfg.name)
     return model
-
-
-def count_parameters(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

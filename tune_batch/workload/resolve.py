@@ -1,11 +1,12 @@
-"""Import a user's ``pkg.module:function``.
+"""Import a user's ``pkg.module:function`` (``pkgutil.resolve_name``).
 
 Note: such an entry runs the user's own code, in every trial process.
 """
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -22,14 +23,14 @@ def resolve_callable(spec: str, field: str) -> Callable[..., Any]:
     if not module_name or not attr:
         raise WorkloadError(f"{field} = {spec!r}: expected 'pkg.module:function'")
     try:
-        module = importlib.import_module(module_name)
+        obj = pkgutil.resolve_name(spec)
+    except AttributeError as e:
+        if module_name not in sys.modules:  # raised while importing the module itself
+            raise WorkloadError(f"{field} = {spec!r}: module {module_name!r} does not import "
+                                f"({type(e).__name__}: {e})") from e
+        raise WorkloadError(f"{field} = {spec!r}: {module_name!r} has no attribute {attr!r}") from e
     except Exception as e:  # any import-time failure of user code is the user's to fix
         raise WorkloadError(f"{field} = {spec!r}: module {module_name!r} does not import ({type(e).__name__}: {e})") from e
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise WorkloadError(f"{field} = {spec!r}: {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
     if not callable(obj):
         raise WorkloadError(f"{field} = {spec!r}: {attr!r} is a {type(obj).__name__}, not a callable")
     return obj

@@ -1,0 +1,12 @@
+"""The Ray backend, the only place that imports ray: ``session`` (connect or start a local
+instance), ``resources`` (what a trial asks for), ``searcher`` (OptunaSearch through the Optuna
+seam), ``trainable`` (one trial, with the ``watchdog``), ``data_parallel`` (Ray Train worker
+groups), ``callbacks`` (records and progress on the driver), ``cleanup`` (orphaned worker
+groups) and ``search`` (the Tuner)."""
+
+from __future__ import annotations
+
+from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
+from tune_batch.backends.ray.search import run_search
+
+__all__ = ["ResourcePlan", "plan_resources", "run_search"]

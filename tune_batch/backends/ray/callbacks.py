@@ -1,0 +1,98 @@
+"""Driver-side Tune callback: each finished trial's record appended to the run directory,
+progress shown, and errors Ray reports turned into records by their exception types."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from ray import tune
+
+from tune_batch.backends.ray.trainable import CONTROL_KEYS
+from tune_batch.errors import TuneBatchError
+from tune_batch.progress import Progress
+from tune_batch.records import Params, Status, TrialResult
+from tune_batch.results import RunDir
+from tune_batch.trial.faults import NonFiniteError, TrialTimeout, first_line
+
+#: Exceptions whose message is already the one-line reason of a trial record.
+OWN_FAULTS = (TrialTimeout, NonFiniteError, TuneBatchError)
+
+
+def error_reason(err: BaseException | str | None) -> str:
+    """One line for a Ray trial error: the trial's own fault when Ray wrapped one (found by
+    type along the cause chain), else Ray's error type and first line."""
+    if err is None:
+        return "ray: the trial errored (no error was stored)"
+    if isinstance(err, str):  # only the text was kept: its last line
+        lines = [line for line in err.strip().splitlines() if line.strip()]
+        return f"ray: {lines[-1][:300]}" if lines else "ray: the trial errored"
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OWN_FAULTS):
+            return first_line(e)
+        inner = getattr(e, "cause", None)
+        e = inner if isinstance(inner, BaseException) else (e.__cause__ or e.__context__)
+    return f"ray: {type(err).__name__}: {first_line(err)}"
+
+
+def failed_record(trial: Any, reason: str) -> TrialResult:
+    spec = dict(trial.config)
+    params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
+    return TrialResult(spec.get("trial_number"), params, Status.FAILED, reason, ray_trial_id=trial.trial_id)
+
+
+class Records(tune.Callback):
+    """Appends each finished trial's record to trials.jsonl and shows progress; adds
+    ``scaling_efficiency`` = sps(n) / (n x sps(1)) at the same per-worker batch, when measured."""
+
+    def __init__(self, run_dir: RunDir, progress: Progress) -> None:
+        self.run_dir = run_dir
+        self.progress = progress
+        self._one_worker_sps: dict[int, float] = {}  # per-worker batch -> best samples/s at num_gpus 1
+        for rec in progress.records:
+            self._learn(rec)
+
+    def _learn(self, rec: TrialResult) -> None:
+        sps = rec.metrics.samples_per_s
+        if rec.status is Status.OK and rec.params.num_gpus == 1 and sps is not None:
+            b = rec.params.batch_size
+            self._one_worker_sps[b] = max(self._one_worker_sps.get(b, 0.0), sps)
+
+    def _scaling(self, rec: TrialResult) -> TrialResult:
+        n, sps = rec.params.num_gpus, rec.metrics.samples_per_s
+        one = self._one_worker_sps.get(rec.params.per_worker_batch)
+        if rec.status is Status.OK and n > 1 and sps is not None and one:
+            return rec.replace(metrics=rec.metrics.with_(scaling_efficiency=sps / (n * one)))
+        return rec
+
+    def _write(self, rec: TrialResult) -> None:
+        self._learn(rec)
+        rec = self._scaling(rec)
+        self.run_dir.append(rec)
+        self.progress.finished(rec)
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.progress.started()
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        last = trial.last_result or {}
+        if "tb_record" in last:
+            rec = TrialResult.from_record(json.loads(last["tb_record"])).replace(ray_trial_id=trial.trial_id)
+        else:
+            rec = failed_record(trial, "the trial ended without reporting a result")
+        self._write(rec)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        last = trial.last_result or {}
+        if "tb_record" in last:  # the trial reported its record, then errored on purpose (watchdog)
+            self._write(TrialResult.from_record(json.loads(last["tb_record"])).replace(ray_trial_id=trial.trial_id))
+            return
+        err: Any = None
+        for getter in ("get_pickled_error", "get_error"):  # the exception, else its text trace
+            with contextlib.suppress(Exception):
+                err = err or getattr(trial, getter)()
+        self._write(failed_record(trial, error_reason(err)))

@@ -1,0 +1,63 @@
+"""Worker-group reservations orphaned by a trial process that was ended, found and released."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import ray
+from ray import tune
+
+log = logging.getLogger("tune_batch")
+
+
+def release_orphaned_groups() -> list[str]:
+    """Remove the placement groups whose creating actor is dead: the worker group reservation of
+    a Ray Train controller that died with its trial's process (a hung group's trial is ended by
+    raising, see ``trainable``). Ray Train's own cleaner asks the state API whether the
+    controller is alive, and that API is served by Ray's dashboard, which tune_batch does not
+    start; without this sweep the group's CPUs and GPUs stay reserved and the search waits
+    forever. Only this job's placement groups are looked at, and one made by a driver (Tune's
+    own) or a detached actor is never touched. Uses Ray 2.60's private GCS table (Ray is
+    pinned). Returns the removed ids."""
+    from ray._private.state import state
+    from ray.core.generated import gcs_pb2
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    removed = []
+    job = ray.get_runtime_context().get_job_id()  # only this search's own: never another job's on a shared cluster
+    for raw in state._connect_and_get_accessor().get_placement_group_table():
+        pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
+        made_by_an_actor = bool(pg.creator_actor_id) and not ray.ActorID(pg.creator_actor_id).is_nil()
+        orphaned = (made_by_an_actor and pg.creator_actor_dead and not pg.is_detached
+                    and pg.state != gcs_pb2.PlacementGroupTableData.REMOVED and ray.JobID(pg.creator_job_id).hex() == job)
+        if not orphaned:
+            continue
+        pg_id = ray.PlacementGroupID(pg.placement_group_id)
+        remove_placement_group(PlacementGroup(pg_id))
+        removed.append(pg_id.hex())
+    return removed
+
+
+class GroupSweeper(tune.Callback):
+    """On the driver, while data-parallel trials can run: every few seconds, release worker-group
+    reservations orphaned by a trial process that was ended."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.every_s = every_s
+        self._last = 0.0
+        self._warned = False
+
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        try:
+            for pg in release_orphaned_groups():
+                log.warning("released the worker-group reservation %s of a trial process that was ended", pg)
+        except Exception as e:  # a sweep that fails must not stop the search; say why once
+            if not self._warned:
+                self._warned = True
+                log.warning("could not check for orphaned worker groups: %s: %s", type(e).__name__, e)

@@ -1,0 +1,136 @@
+"""Data-parallel trials: ``num_gpus`` = n > 1 workers through a Ray Train ``TorchTrainer``
+launched from the Tune trial (nccl on CUDA; gloo CPU worker processes without GPUs, so the same
+path runs everywhere).
+
+Every rank runs the same measured training (``trial.measure``); a fault on any rank is raised,
+so Ray Train tears the whole group down at once (no rank waits in a collective), and the
+driver turns the workers' exceptions into one record with ``trial.classify``: ``oom`` when any
+worker ran out of memory, ``failed`` otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+from ray.train.torch import TorchTrainer
+
+from tune_batch.backends.ray.watchdog import run_with_watchdog
+from tune_batch.config import Config, config_from_dict
+from tune_batch.oom import is_oom_error
+from tune_batch.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
+
+LAUNCHER = "ray.train.torch.TorchTrainer"
+
+
+def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
+    import torch
+
+    from tune_batch.trial import Placement, measure
+
+    ctx = ray.train.get_context()
+    placement = Placement(rank=ctx.get_world_rank(), world=ctx.get_world_size(), threads=loop_config["threads"],
+                          node_id=str(ray.get_runtime_context().get_node_id()))
+    torch.set_num_threads(loop_config["threads"])
+    res = measure(config_from_dict(loop_config["config"]), Params.of(loop_config["params"]), placement,
+                  extra=loop_config.get("extra"), run_dir=loop_config["run_dir"], trial_id=loop_config["trial_id"],
+                  validate=loop_config["validate"])
+    return res.to_record() if placement.rank == 0 else None
+
+
+def _failures(exc: BaseException) -> list[BaseException]:
+    """The exception and everything inside it: causes, and the workers' own exceptions of a Ray
+    Train failure (pinned Ray: ``worker_failures``)."""
+    found: list[BaseException] = []
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        found.append(e)
+        wf = getattr(e, "worker_failures", None)
+        if isinstance(wf, dict):
+            stack.extend(v for v in wf.values() if isinstance(v, BaseException))
+        for attr in ("cause", "__cause__", "__context__"):
+            inner = getattr(e, attr, None)
+            if isinstance(inner, BaseException):
+                stack.append(inner)
+    return found
+
+
+def classify_failure(exc: BaseException) -> tuple[Status, str]:
+    """(status, reason) of a failed worker group, from the workers' exception types."""
+    errors = _failures(exc)
+    for e in errors:
+        if is_oom_error(e):
+            return Status.OOM, f"a worker ran out of memory: {type(e).__name__}: {first_line(e, 250)}"
+    for e in errors:
+        if isinstance(e, TrialTimeout | NonFiniteError):
+            return classify(e)[:2]
+    inner = errors[1] if len(errors) > 1 else errors[0]  # the workers' own error before Ray's wrapper
+    return Status.FAILED, f"worker group: {type(inner).__name__}: {first_line(inner)}"
+
+
+def group_start_slack_s() -> float:
+    """Seconds a worker group may take to start, beyond ``budget.trial_timeout_s``, before a
+    group still running counts as hung (20-25 s were measured on a 2-core machine).
+    ``TUNE_BATCH_GROUP_START_SLACK_S`` overrides it (the tests shorten it)."""
+    try:
+        return max(0.0, float(os.environ.get("TUNE_BATCH_GROUP_START_SLACK_S", "60")))
+    except ValueError:
+        return 60.0
+
+
+@dataclass(frozen=True)
+class GroupOutcome:
+    """A data-parallel trial's record, and whether its worker group is still running (hung):
+    then the caller must end its process, so that Ray ends the group it owns."""
+
+    result: TrialResult
+    group_alive: bool = False
+
+
+def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir: str | Path, cpus_per_worker: float,
+                      threads_per_worker: int, use_gpu: bool, validate: bool = True,
+                      extra: dict[str, Any] | None = None) -> GroupOutcome:
+    """One ``num_gpus`` > 1 trial on a Ray Train worker group; never raises for trial faults.
+    A group still running after ``budget.trial_timeout_s`` (plus start-up slack) ends as failed."""
+    start = time.perf_counter()
+    n = params.num_gpus
+    trainer = TorchTrainer(
+        _worker_loop,
+        train_loop_config={"config": config.to_dict(), "params": params.to_dict(), "trial_id": trial_id,
+                           "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate, "extra": extra},
+        scaling_config=ray.train.ScalingConfig(num_workers=n, use_gpu=use_gpu, resources_per_worker={
+            "CPU": cpus_per_worker, **({"GPU": 1.0} if use_gpu else {})}),
+        run_config=ray.train.RunConfig(name=f"trial-{trial_id}-{uuid.uuid4().hex[:8]}",
+                                       storage_path=str((Path(run_dir) / "ray_train").resolve()),
+                                       failure_config=ray.train.FailureConfig(max_failures=0)),
+    )
+    slack = group_start_slack_s()
+    outcome = run_with_watchdog(trainer.fit, config.budget.trial_timeout_s + slack, f"tune_batch-dp-{trial_id}")
+    info = TrialInfo(world_size=n, launcher=LAUNCHER)
+    took = time.perf_counter() - start
+    if outcome.hung:
+        reason = (f"timeout: the {n}-worker group was still running after budget.trial_timeout_s + {slack:g} s "
+                  f"start-up; its workers were stopped")
+        return GroupOutcome(TrialResult(trial_id, params, Status.FAILED, reason, duration_s=took, info=info), True)
+    if outcome.error is not None:
+        status, reason = classify_failure(outcome.error)
+        return GroupOutcome(TrialResult(trial_id, params, status, reason, duration_s=took, info=info))
+    rec = getattr(outcome.value, "return_value", None)
+    if not isinstance(rec, dict):
+        return GroupOutcome(TrialResult(trial_id, params, Status.FAILED, "the worker group returned no record",
+                                        duration_s=took, info=info))
+    res = TrialResult.from_record(rec)
+    return GroupOutcome(res.replace(duration_s=took, info=res.info.with_(
+        world_size=n, launcher=LAUNCHER, group_start_s=took - res.duration_s)))

@@ -1,0 +1,48 @@
+"""OptunaSearch that tells Optuna what a tune_batch trial really was, through the one seam."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ray.tune.search.optuna import OptunaSearch
+
+from tune_batch import study as seam
+from tune_batch.config import Config
+from tune_batch.policy import Policy
+from tune_batch.records import Params, TrialResult
+
+
+class ConstrainedOptunaSearch(OptunaSearch):
+    """``oom`` and ``skipped`` trials are told COMPLETE with sentinel values and a constraint > 0
+    (infeasible: the sampler learns the boundary, the front never shows them); ``failed`` trials
+    are told FAIL; every trial carries its status, reason and metrics as user attributes.
+    The policy decides, before a trial starts, whether it is run at all (``skip_reason`` in its
+    config). Uses OptunaSearch internals (``_ot_trials``, ``_ot_study``, ``_completed_trials``)
+    of the pinned Ray minor version; tests exercise it.
+    """
+
+    def __init__(self, *args: Any, config: Config, policy: Policy, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tb_config = config
+        self.policy = policy
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        spec = super().suggest(trial_id)
+        if spec is not None:
+            reason = self.policy.skip_reason(Params.of({k: v for k, v in spec.items() if k != "trial_number"}))
+            if reason:
+                spec["skip_reason"] = reason
+        return spec
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        ot_trial = self._ot_trials.get(trial_id)
+        if ot_trial is None or "tb_record" not in (result or {}) or trial_id in self._completed_trials:
+            super().on_trial_complete(trial_id, result, error)
+            return
+        record = TrialResult.from_record(json.loads(result["tb_record"]))  # type: ignore[index]
+        self.policy.observe(record)
+        try:
+            seam.tell(self._ot_study, ot_trial, self.tb_config, record)
+        finally:
+            self._completed_trials.add(trial_id)

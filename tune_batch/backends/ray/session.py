@@ -1,0 +1,96 @@
+"""A Ray session for one search: connect to a cluster, or start a local instance bound to
+127.0.0.1 with a private temp dir and a token held in memory; everything undone afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+
+from tune_batch.errors import UserError
+
+AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+
+
+def _reload_auth() -> None:
+    """Make Ray re-read RAY_AUTH_MODE / RAY_AUTH_TOKEN: it caches them per process (pinned
+    Ray internals; without this a second search in one process presents a stale token)."""
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import Config as RayletConfig
+
+        RayletConfig.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # another Ray version: it reads the env at start
+        pass
+
+
+@contextlib.contextmanager
+def _token_auth(local: bool) -> Iterator[None]:
+    """A local instance gets token auth with a per-run token held in memory (nothing written
+    to ~/.ray), unless the user set auth themselves; the variables are restored afterwards."""
+    saved = {k: os.environ.get(k) for k in AUTH_ENV}
+    if local and all(v is None for v in saved.values()):
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        _reload_auth()
+    try:
+        yield
+    finally:
+        if any(os.environ.get(k) != v for k, v in saved.items()):
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            _reload_auth()
+
+
+def node_cpus() -> float:
+    """The CPUs of the largest live node."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return max((n.get("Resources", {}).get("CPU", 0) for n in nodes), default=1.0) or 1.0
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[str, float]]:
+    """Connect to ``address`` or start a local Ray instance bound to 127.0.0.1 with its temp
+    dir under a short private path; shut down (and remove that path) afterwards. Yields the
+    cluster's resources. A caller already connected (notebook, test) keeps its connection."""
+    if ray.is_initialized():
+        yield dict(ray.cluster_resources())
+        return
+    kwargs: dict[str, Any] = {"logging_level": logging.INFO if verbose else logging.WARNING,
+                              "log_to_driver": verbose, "include_dashboard": False}
+    # user `pkg.module:function` entries must import in the trial processes too
+    env_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+    kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": env_path}}
+    temp = None
+    if address:
+        kwargs["address"] = address
+    else:  # socket paths have a length limit: keep the temp dir short
+        temp = tempfile.mkdtemp(prefix="tb-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        kwargs.update(_temp_dir=temp, num_cpus=os.cpu_count(), dashboard_host="127.0.0.1",
+                      _node_ip_address="127.0.0.1")
+    try:
+        with _token_auth(local=not address):
+            try:
+                ray.init(**kwargs)
+            except ConnectionError as e:
+                raise UserError(f"--address {address!r}: cannot connect to a Ray cluster there "
+                                f"({str(e).splitlines()[0]})") from e
+            try:
+                yield dict(ray.cluster_resources())
+            finally:
+                ray.shutdown()
+    finally:
+        if temp:
+            shutil.rmtree(temp, ignore_errors=True)

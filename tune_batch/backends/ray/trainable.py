@@ -1,0 +1,76 @@
+"""The Tune function of one trial: the policy's verdict, then the measurement (here for one
+worker, on a Ray Train worker group for several), then one report to Tune."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import ray
+from ray import tune
+
+from tune_batch import objectives
+from tune_batch.backends.ray.resources import ResourcePlan
+from tune_batch.backends.ray.watchdog import run_with_watchdog
+from tune_batch.config import Config, config_from_dict
+from tune_batch.policy import skipped
+from tune_batch.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.trial.faults import TrialTimeout
+
+HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
+#: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
+#: the policy's skip verdict (made on the driver, before the trial is started).
+CONTROL_KEYS = ("trial_number", "skip_reason")
+
+
+def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
+    """What a trial reports to Tune: every objective (sentinels unless ok), the constraints,
+    the status and the whole record."""
+    payload: dict[str, Any] = dict(zip(config.metric_names, objectives.values(config, result)))
+    payload.update({f"constraint_{k}": v for k, v in objectives.constraints(result).items()})
+    payload["tb_status"] = result.status.value
+    payload["tb_record"] = json.dumps(result.to_record(), default=str)
+    return payload
+
+
+def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str) -> tuple[TrialResult, bool]:
+    from tune_batch.trial import run_trial
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    node = str(ray.get_runtime_context().get_node_id())
+    limit = config.budget.trial_timeout_s + HANG_GRACE_S
+    outcome = run_with_watchdog(lambda: run_trial(config, params, trial_id=trial_id, threads=int(cpus) if cpus else None,
+                                                  run_dir=run_dir, node_id=node), limit, f"tune_batch-trial-{trial_id}")
+    if outcome.hung:
+        reason = (f"timeout: still running {limit:g} s after it started (budget.trial_timeout_s + {HANG_GRACE_S:g} s "
+                  f"grace); its process was stopped")
+        return TrialResult(trial_id, params, Status.FAILED, reason, duration_s=limit,
+                           info=TrialInfo(node_ids=[], watchdog=True)), True
+    if outcome.error is not None:
+        raise outcome.error
+    assert outcome.value is not None
+    return outcome.value, False
+
+
+def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str, plan: ResourcePlan) -> None:
+    """Measure one trial and report it. A trial that hangs (one worker) or a worker group that
+    does not end reports its record first, then raises, so Ray discards this process and with
+    it what hangs and what it owns."""
+    config = config_from_dict(config_dict)
+    trial_id, reason = spec.get("trial_number"), spec.get("skip_reason")
+    params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
+    hung = False
+    if reason:
+        result = skipped(params, trial_id, reason)
+    elif params.num_gpus > 1:
+        from tune_batch.backends.ray.data_parallel import run_data_parallel
+
+        group = run_data_parallel(config, params, trial_id=trial_id, run_dir=run_dir,
+                                  cpus_per_worker=plan.worker_cpus(params.num_gpus),
+                                  threads_per_worker=plan.threads_per_worker[params.num_gpus], use_gpu=plan.gpus > 0)
+        result, hung = group.result, group.group_alive
+    else:
+        result, hung = _one_worker(config, params, trial_id, run_dir)
+    tune.report(report_payload(config, result))
+    if hung:
+        raise TrialTimeout(result.reason)

@@ -1,0 +1,41 @@
+"""The one watchdog: run a function in a thread and stop waiting after a deadline.
+
+A trial checks its own deadline between steps; a step that never returns (a hung data loader,
+a deadlock, a worker group that never starts) is caught here. The thread cannot be killed:
+the caller ends the process that holds it (raising in a Tune trial makes Ray discard it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """``hung``: still running at the deadline. Otherwise ``value`` or ``error``."""
+
+    hung: bool
+    value: T | None = None
+    error: BaseException | None = None
+
+
+def run_with_watchdog(fn: Callable[[], T], timeout_s: float, name: str) -> Outcome[T]:
+    box: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        return Outcome(True)
+    return Outcome(False, box.get("value"), box.get("error"))  # type: ignore[arg-type]

@@ -1,0 +1,73 @@
+"""Writes a report into a run directory: results.csv, pareto.json, best.yaml, report.html."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from tune_batch.config import dump_config
+from tune_batch.pareto import REFERENCE
+from tune_batch.report import METRIC_COLUMNS, PARAM_COLUMNS, Report, row
+from tune_batch.report_html import render_html
+
+
+def best_config_yaml(report: Report) -> str | None:
+    """The recommended point as a full config file: the space narrowed to that point, one trial."""
+    rec = report.recommended
+    if rec is None:
+        return None
+    p, cfg = rec.params, report.config
+    space = cfg.space.model_copy(update={
+        "batch_size": [p.batch_size],
+        "lr": cfg.space.lr.model_copy(update={"low": p.lr, "high": p.lr}),
+        "num_gpus": [p.num_gpus],
+    })
+    best = cfg.model_copy(update={"space": space, "budget": cfg.budget.model_copy(update={"trials": 1})})
+    measured = ((k, rec.metrics.value(k)) for k in cfg.metric_names)
+    head = [
+        f"# tune_batch recommendation from trial {rec.trial_id} ({report.method})",
+        f"# batch_size={p.batch_size} lr={p.lr:.6g} num_gpus={p.num_gpus}",
+        "# measured: " + ", ".join(f"{k}={v:.4g}" for k, v in measured if v is not None),
+        "# the space below is that single point; 'tune-batch search' on this file re-measures it",
+    ]
+    return "\n".join(head) + "\n" + dump_config(best)
+
+
+def pareto_payload(report: Report) -> dict[str, object]:
+    return {
+        "objectives": [{"metric": o.metric, "direction": o.direction} for o in report.config.objectives],
+        "recommended_trial_id": report.recommended.trial_id if report.recommended else None,
+        "recommendation_method": report.method,
+        "hypervolume": report.hypervolume,
+        "hypervolume_reference": f"each objective scaled to [0, 1] over the feasible trials (1 = best); "
+                                 f"reference point {REFERENCE} in every objective",
+        "tradeoffs_vs_recommended": {str(k): v for k, v in report.tradeoffs.items()},
+        "trials": [r.to_record() for r in report.front],
+    }
+
+
+def write_files(report: Report, run_dir: str | Path) -> list[Path]:
+    """Write results.csv, pareto.json, best.yaml and report.html into ``run_dir``; returns the
+    paths written (best.yaml is removed when nothing is recommended)."""
+    run_dir = Path(run_dir)
+    rows = [row(r) for r in report.records]
+    csv_path = run_dir / "results.csv"
+    fields = list(rows[0]) if rows else ["trial_id", "status", "reason", *PARAM_COLUMNS, *METRIC_COLUMNS]
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    pareto_path = run_dir / "pareto.json"
+    pareto_path.write_text(json.dumps(pareto_payload(report), indent=2, default=str), encoding="utf-8")
+    paths = [csv_path, pareto_path]
+    best, best_path = best_config_yaml(report), run_dir / "best.yaml"
+    if best is not None:
+        best_path.write_text(best, encoding="utf-8")
+        paths.append(best_path)
+    elif best_path.exists():
+        best_path.unlink()
+    html_path = run_dir / "report.html"
+    html_path.write_text(render_html(report), encoding="utf-8")
+    paths.append(html_path)
+    return paths

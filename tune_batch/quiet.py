@@ -1,0 +1,44 @@
+"""Process-wide settings a search changes to keep the terminal readable, restored afterwards.
+
+Nothing is set at import time; :func:`quiet_libraries` changes logger levels, warning filters
+and environment variables only for its duration (a notebook keeps its own settings).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+
+#: Loggers quietened to errors (Ray's) or warnings (Optuna's: its per-trial INFO lines).
+LOGGERS = {"ray": logging.ERROR, "ray.tune": logging.ERROR, "ray.train": logging.ERROR, "optuna": logging.WARNING}
+#: The legacy Tune reporter honours verbose=0; the new one prints tables regardless.
+ENV = {"RAY_AIR_NEW_OUTPUT": "0"}
+
+
+@contextlib.contextmanager
+def quiet_libraries(verbose: bool = False) -> Iterator[None]:
+    """Ray's and Optuna's own logging kept to what matters, unless ``verbose``; everything is
+    put back on exit, exceptions included."""
+    if verbose:
+        yield
+        return
+    levels = {name: logging.getLogger(name).level for name in LOGGERS}
+    env = {key: os.environ.get(key) for key in ENV}
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module="ray")
+            for name, level in LOGGERS.items():
+                logging.getLogger(name).setLevel(level)
+            os.environ.update(ENV)
+            yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,218 @@
+"""Typed trial records: what one trial was, measured, and where it ran.
+
+``TrialResult`` is built once, at the end of a trial (or by the policy for a skipped one), and
+read everywhere by attribute. On disk (``trials.jsonl``) it keeps the flat shape of earlier
+versions: ``{"trial_id", "params", "status", "reason", "metrics": {...}, "duration_s",
+"info": {...}, "traceback"}``; keys this version does not know are kept in ``other`` so old
+and newer files load and write back unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    """A trial's outcome. Only ``ok`` is feasible (can be on a front)."""
+
+    OK = "ok"
+    OOM = "oom"  # ran out of device memory (or over resources.device_memory)
+    SKIPPED = "skipped"  # ruled out before running (batch rules, memory model): no compute spent
+    FAILED = "failed"  # an exception or a timeout; the reason is kept
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Params:
+    """The searched point: global batch size, learning rate, data-parallel workers, and the
+    user's own hyperparameters (``extra``, from ``Objective(extra_space=...)``)."""
+
+    batch_size: int
+    lr: float
+    num_gpus: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def per_worker_batch(self) -> int:
+        return self.batch_size // self.num_gpus
+
+    @classmethod
+    def of(cls, raw: Params | dict[str, Any]) -> Params:
+        """batch_size and num_gpus as int, lr as float; other keys are the user's extras."""
+        if isinstance(raw, Params):
+            return raw
+        extra = {k: v for k, v in raw.items() if k not in ("batch_size", "lr", "num_gpus")}
+        return cls(int(raw["batch_size"]), float(raw["lr"]), int(raw.get("num_gpus", 1)), extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "lr": self.lr, "num_gpus": self.num_gpus, **self.extra}
+
+
+class _Flat:
+    """A frozen dataclass of optional fields written as one flat JSON object (None left out),
+    with the keys it does not know kept in ``other``."""
+
+    other: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "other"}  # type: ignore[arg-type]
+        return {**{k: v for k, v in out.items() if v is not None}, **self.other}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any] | None) -> Any:
+        raw = dict(raw or {})
+        known = {f.name for f in fields(cls) if f.name != "other"}  # type: ignore[arg-type]
+        return cls(**{k: raw.pop(k) for k in list(raw) if k in known}, other=raw)
+
+    def get(self, name: str) -> Any:
+        """A field by name (objectives and report columns are chosen by name in the config)."""
+        if name != "other" and name in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+            return getattr(self, name)
+        return self.other.get(name)
+
+    def with_(self, **changes: Any) -> Any:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class Metrics(_Flat):
+    """Measured figures (units in the names; see DESIGN.md for each definition)."""
+
+    samples_per_s: float | None = None
+    device_util: float | None = None
+    val_acc: float | None = None
+    mfu: float | None = None
+    model_flops_per_s: float | None = None
+    peak_mem_bytes: float | None = None
+    data_wait_frac: float | None = None
+    timed_s: float | None = None
+    step_time_s: float | None = None
+    energy_j_per_sample: float | None = None
+    scaling_efficiency: float | None = None
+    duration_s: float | None = None
+    other: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, name: str) -> float | None:
+        """The metric ``name`` as a float, or None when it was not measured."""
+        v = self.get(name)
+        return None if v is None else float(v)
+
+    def has_finite(self, names: list[str]) -> bool:
+        vals = [self.value(n) for n in names]
+        return all(v is not None and math.isfinite(v) for v in vals)
+
+
+@dataclass(frozen=True)
+class TrialInfo(_Flat):
+    """How a trial ran: placement, its step accounting, how each figure was measured, and the
+    device telemetry beside them. Diagnostics only: nothing here is an objective."""
+
+    # placement
+    host: str | None = None
+    pid: int | None = None
+    device: str | None = None
+    data: str | None = None
+    world_size: int | None = None
+    per_worker_batch: int | None = None
+    nodes: list[str] | None = None
+    node_ids: list[str] | None = None
+    launcher: str | None = None
+    group_start_s: float | None = None
+    watchdog: bool | None = None
+    train_s: float | None = None  # 0.0 for a skipped trial: no training
+    # step accounting
+    steps: int | None = None
+    warmup_steps: int | None = None
+    timed_steps: int | None = None
+    timed_samples: int | None = None
+    profiled_steps: int | None = None
+    train_samples_done: int | None = None
+    window_extension_steps: int | None = None
+    short_batches: int | None = None
+    final_loss: float | None = None
+    # memory
+    memory_cap_bytes: int | None = None
+    memory_cap: str | None = None
+    peak_mem_method: str | None = None
+    # utilization and device telemetry (CPU: device_util_raw; CUDA: NVML)
+    device_util_raw: float | None = None
+    device_util_method: str | None = None
+    device_util_polled: float | None = None
+    device_util_note: str | None = None
+    nvml_samples: int | None = None
+    nvml_mem_used_max_bytes: int | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
+    sm_active: float | None = None
+    tensor_active: float | None = None
+    gpm: str | None = None
+    # profiler
+    trace_dir: str | None = None
+    profile_step_s: float | None = None
+    profiler_overhead: float | None = None
+    profile: str | None = None
+    # MFU
+    model_flops_per_sample: float | None = None
+    peak_flops_per_s: float | None = None
+    peak_source: str | None = None
+    mfu_flag: str | None = None
+    # verdict
+    bottleneck: str | None = None
+    suggestion: str | None = None
+    other: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """One finished trial. ``trial_id`` is the Optuna trial number (or a label, e.g. "probe")."""
+
+    trial_id: int | str | None
+    params: Params
+    status: Status
+    reason: str | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    duration_s: float = 0.0
+    info: TrialInfo = field(default_factory=TrialInfo)
+    traceback: str | None = None
+    ray_trial_id: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        """``ok``: the only status whose figures can be on a front."""
+        return self.status is Status.OK
+
+    def replace(self, **changes: Any) -> TrialResult:
+        return dataclasses.replace(self, **changes)
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON-able record written to ``trials.jsonl``."""
+        rec: dict[str, Any] = {
+            "trial_id": self.trial_id, "params": self.params.to_dict(), "status": self.status.value,
+            "reason": self.reason, "metrics": self.metrics.to_dict(), "duration_s": self.duration_s,
+            "info": self.info.to_dict(), "traceback": self.traceback,
+        }
+        if self.ray_trial_id is not None:
+            rec["ray_trial_id"] = self.ray_trial_id
+        return rec
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> TrialResult:
+        """A record read back; raises ValueError (naming what is wrong) when it is not one."""
+        try:
+            status = Status(rec["status"])
+            params = Params.of(rec["params"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a trial record ({type(e).__name__}: {e})") from e
+        metrics = rec.get("metrics") or {}
+        info = rec.get("info") or {}
+        if not isinstance(metrics, dict) or not isinstance(info, dict):
+            raise ValueError("not a trial record (metrics and info must be objects)")
+        return cls(rec.get("trial_id"), params, status, rec.get("reason"), Metrics.from_dict(metrics),
+                   float(rec.get("duration_s") or 0.0), TrialInfo.from_dict(info), rec.get("traceback"),
+                   rec.get("ray_trial_id"))

@@ -1,0 +1,87 @@
+"""The one seam between a finished trial and Optuna: the values, constraints, user attributes
+and FAIL a study is told, its directions, and opening (or checking) a study.
+
+``Objective`` (plain Optuna), the Ray searcher and the replay benchmark all tell results
+through :func:`annotate` and :func:`answer` (or :func:`tell`, which is both).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from tune_batch import objectives
+from tune_batch.config import Config
+from tune_batch.errors import UserError
+from tune_batch.records import Status, TrialResult
+
+
+def directions(config: Config) -> list[optuna.study.StudyDirection]:
+    return [optuna.study.StudyDirection.MAXIMIZE if objectives.is_maximize(d) else optuna.study.StudyDirection.MINIMIZE
+            for d in config.directions]
+
+
+def check_directions(study: optuna.Study, config: Config) -> None:
+    """Raise UserError when the study's directions do not match the config's objectives."""
+    if list(study.directions) != directions(config):
+        have = [d.name.lower() for d in study.directions]
+        raise UserError(
+            f"study {study.study_name!r} has directions {have}, but the objectives ({', '.join(config.metric_names)}) "
+            f"need {list(config.directions)}; create the study with directions={list(config.directions)}"
+        )
+
+
+def annotate(trial: optuna.Trial | optuna.trial.FrozenTrial | Any, result: TrialResult) -> None:
+    """Constraints (``memory``, ``space``: > 0 is infeasible) and the user attributes
+    ``status``, ``reason`` and ``metrics`` of ``result`` on an Optuna trial."""
+    for key, value in objectives.constraints(result).items():
+        trial.set_constraint(key, value)
+    trial.set_user_attr("status", result.status.value)
+    trial.set_user_attr("reason", result.reason)
+    trial.set_user_attr("metrics", result.metrics.to_dict())
+
+
+def answer(config: Config, result: TrialResult) -> list[float] | None:
+    """What Optuna is told: the objective values (finite sentinels for infeasible trials), or
+    None for a ``failed`` trial (a FAIL; its reason is in the user attributes)."""
+    if result.status is Status.FAILED:
+        return None
+    return objectives.values(config, result)
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, config: Config, result: TrialResult) -> None:
+    """Annotate ``trial`` and tell ``study`` its outcome (COMPLETE, or FAIL)."""
+    annotate(trial, result)
+    values = answer(config, result)
+    if values is None:
+        study.tell(trial, None, state=optuna.trial.TrialState.FAIL)
+    else:
+        study.tell(trial, values, state=optuna.trial.TrialState.COMPLETE)
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna RDB storage (sqlite waits up to 30 s for a lock)."""
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+
+
+def prepare(storage: optuna.storages.BaseStorage, study_name: str, config: Config) -> bool:
+    """Refuse a study whose directions differ from the objectives (Ray's OptunaSearch would
+    silently ignore them), and mark trials a dead process left RUNNING as FAIL so they are run
+    again. Returns True when the study is new or empty (a fresh search: seed points are added)."""
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return True
+    check_directions(study, config)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return not study.trials
+
+
+def create(config: Config, storage: Any, study_name: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """Create (or load) a study with the config's directions; refuses mismatching ones."""
+    s = optuna.create_study(storage=storage, study_name=study_name, directions=list(config.directions),
+                            sampler=sampler, load_if_exists=True)
+    check_directions(s, config)
+    return s

@@ -1,0 +1,33 @@
+"""Trial faults, and the one rule that turns an exception into a status and a reason."""
+
+from __future__ import annotations
+
+import traceback as tb
+
+from tune_batch.oom import is_oom_error
+from tune_batch.records import Status
+
+
+class TrialTimeout(RuntimeError):
+    """The trial ran past ``budget.trial_timeout_s``."""
+
+
+class NonFiniteError(RuntimeError):
+    """The loss or a BatchNorm running statistic became NaN or infinite."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc)
+    return text.splitlines()[0][:limit] if text else ""
+
+
+def classify(exc: BaseException) -> tuple[Status, str, str | None]:
+    """(status, one-line reason, traceback or None) of a trial that raised ``exc``: ``oom`` for
+    what :func:`is_oom_error` accepts, ``failed`` for everything else (timeouts and non-finite
+    losses without a traceback: their reason says it all)."""
+    if isinstance(exc, TrialTimeout | NonFiniteError):
+        return Status.FAILED, first_line(exc), None
+    if is_oom_error(exc):
+        return Status.OOM, f"{type(exc).__name__}: {first_line(exc)}", None
+    trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
+    return Status.FAILED, f"{type(exc).__name__}: {first_line(exc)}", trace

@@ -1,0 +1,202 @@
+"""One trial, end to end: set up, train (warm-up, timed window, profiled steps), evaluate,
+combine the ranks of a data-parallel group, and build the record.
+
+:func:`measure` runs on every worker and raises on any fault (so a data-parallel group stops
+at once); :func:`run_trial` is the one-worker boundary that turns faults into records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tune_batch.config import Config
+from tune_batch.measure.cpu import PeakRss
+from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+from tune_batch.trial import collective, derive
+from tune_batch.trial.evaluate import accuracy, check_batchnorm
+from tune_batch.trial.faults import classify
+from tune_batch.trial.loop import Stepper, cycle, make_optimizer, prime
+from tune_batch.trial.setup import (
+    MemoryCap,
+    Placement,
+    StepPlan,
+    apply_memory_cap,
+    build_net,
+    device_name,
+    load_data,
+    pick_device,
+    plan_steps,
+    trace_dir_of,
+)
+from tune_batch.trial.window import Window, profile_steps, timed_window, warm_up
+
+
+@dataclass(frozen=True)
+class _Trained:
+    """What one worker's training left to report (before the ranks are combined)."""
+
+    window: Window
+    peak_bytes: float
+    peak_method: str | None
+    val_acc: float | None
+    final_loss: float
+    short_batches: int
+    profile_step_s: float | None
+    data: str
+    sample_shape: tuple[int, ...]
+
+
+def _peak(window: Window, step_peak: int | None, mem: PeakRss | None) -> tuple[float, str | None]:
+    if window.cuda_peak_bytes is not None:
+        return float(window.cuda_peak_bytes), "torch.cuda.max_memory_allocated"
+    if step_peak is not None:
+        return float(step_peak), "torch memory profiler, last warm-up step (tensor bytes)"
+    assert mem is not None  # no warm-up step to profile: the resident-memory high-water mark
+    return float(mem.peak_bytes), f"RSS high-water mark above the pre-model baseline ({mem.method})"
+
+
+def _train(config: Config, params: Params, plan: StepPlan, placement: Placement, device: torch.device,
+           cap: MemoryCap, deadline: float, extra: dict[str, Any] | None, trace_dir: Path | None,
+           validate: bool) -> _Trained:
+    ds, loader, sampler = load_data(config, params, placement, device, extra)
+    batch = params.batch_size // placement.world
+    if device.type == "cpu":
+        prime(config, ds.train, device, extra)
+    # the CPU peak (and cap) comes from the profiled last warm-up step; sampling RSS every step
+    # (a /proc read on the hot path, and a second, noisier cap check) only when there is none
+    mem_ctx: Any = PeakRss(cap.bytes) if device.type == "cpu" and plan.warmup == 0 else contextlib.nullcontext()
+    with mem_ctx as mem:
+        model, net = build_net(config, device, placement.world, extra)
+        opt = make_optimizer(config, net.parameters(), params.lr)
+        stepper = Stepper(net, opt, cycle(loader, sampler), device, deadline, mem, batch)
+        step_peak = warm_up(stepper, plan.warmup, cap.bytes)
+        window = timed_window(stepper, model, plan.timed, config, placement.world)
+        prof_s = profile_steps(stepper, config, trace_dir) if plan.profiled and trace_dir is not None else None
+        peak, method = _peak(window, step_peak, mem)
+        check_batchnorm(model)
+        val_acc = accuracy(model, ds.val, device, batch) if validate and placement.rank == 0 else None
+    return _Trained(window, peak, method, val_acc, stepper.last_loss, stepper.short_batches, prof_s,
+                    ds.description, tuple(ds.train[0][0].shape))
+
+
+def _combine(t: _Trained, util: float | None, world: int) -> tuple[float, float, float, float | None, int]:
+    """The group's figures: the slowest rank's window, the largest peak, the mean wait and
+    utilization, the sum of short batches (a worker alone: its own)."""
+    w = t.window
+    window_s, peak, wait_s = collective.all_reduce([w.seconds, t.peak_bytes, w.wait_s], ["max", "max", "mean"], world)
+    short = int(collective.all_reduce([float(t.short_batches)], ["sum"], world)[0])
+    if util is not None:
+        util = collective.all_reduce([float(util)], ["mean"], world)[0]
+    return window_s, peak, wait_s, util, short
+
+
+def _utilization(t: _Trained, device: torch.device) -> tuple[float | None, dict[str, Any]]:
+    """device_util and the telemetry kept beside it (CPU: the raw busy share; CUDA: NVML)."""
+    w = t.window
+    if device.type != "cuda":
+        return w.cpu.util, {"device_util_raw": w.cpu.util_raw}
+    if w.gpu is None:  # NVML could not be opened
+        return None, {"nvml_samples": 0, "device_util_note": w.gpu_note}
+    return w.gpu.device_util, dict(w.gpu.telemetry())
+
+
+def _record(config: Config, params: Params, plan: StepPlan, placement: Placement, device: torch.device,
+            t: _Trained, cap: MemoryCap, extra: dict[str, Any] | None, trace_dir: Path | None,
+            start: float) -> TrialResult:
+    """The ``ok`` record of a worker's training, with the group's combined figures."""
+    world = placement.world
+    util, telemetry = _utilization(t, device)
+    window_s, peak, wait_s, util, short = _combine(t, util, world)
+    steps = t.window.steps
+    samples = steps * params.batch_size
+    sps, step_s = samples / window_s, window_s / steps
+    threads = torch.get_num_threads()
+    mfu = derive.mfu(config, extra, t.sample_shape, device, threads, world, sps,
+                     trace_dir.parent.parent if trace_dir is not None else None)
+    wait_frac = min(1.0, wait_s / window_s)
+    verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
+    energy = telemetry.get("energy_j") if device.type == "cuda" else None
+    metrics = Metrics(samples_per_s=sps, device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
+                      model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, data_wait_frac=wait_frac,
+                      timed_s=window_s, step_time_s=step_s,
+                      energy_j_per_sample=energy / samples if energy is not None else None,
+                      duration_s=time.perf_counter() - start)
+    info = TrialInfo(
+        host=socket.gethostname(), pid=os.getpid(), device=device_name(device, threads), data=t.data,
+        world_size=world, per_worker_batch=params.batch_size // world,
+        nodes=sorted(set(collective.all_gather(socket.gethostname(), world))),
+        node_ids=sorted(set(collective.all_gather(placement.node, world))),
+        steps=plan.total, warmup_steps=plan.warmup, timed_steps=steps, timed_samples=samples,
+        profiled_steps=plan.profiled, train_samples_done=plan.total * params.batch_size,
+        window_extension_steps=t.window.extension_steps or None, short_batches=short, final_loss=t.final_loss,
+        memory_cap_bytes=cap.bytes, memory_cap=cap.note, peak_mem_method=t.peak_method,
+        trace_dir=str(trace_dir) if t.profile_step_s is not None else None, profile_step_s=t.profile_step_s,
+        profiler_overhead=t.profile_step_s / step_s - 1.0 if t.profile_step_s is not None else None,
+        profile=plan.profile_note, model_flops_per_sample=mfu.model_flops_per_sample,
+        peak_flops_per_s=mfu.peak_flops_per_s, peak_source=mfu.peak_source, mfu_flag=mfu.flag,
+        bottleneck=verdict[0], suggestion=verdict[1],
+    ).with_(**telemetry)
+    return TrialResult(None, params, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
+
+
+def measure(config: Config, params: Params, placement: Placement = Placement(), *, extra: dict[str, Any] | None = None,
+            run_dir: str | Path | None = None, trial_id: Any = None, validate: bool = True,
+            start: float | None = None) -> TrialResult:
+    """Train and measure ``params`` on this worker (every rank of a data-parallel group runs
+    it); returns the ``ok`` record, with the group's figures. Raises on any fault."""
+    start = time.perf_counter() if start is None else start
+    deadline = start + config.budget.trial_timeout_s
+    torch.manual_seed(config.search.seed)
+    device = pick_device()
+    trace_dir = trace_dir_of(run_dir, trial_id)
+    plan = plan_steps(config, params, profiling=trace_dir is not None)
+    cap = apply_memory_cap(config, device)
+    trained = _train(config, params, plan, placement, device, cap, deadline, extra, trace_dir, validate)
+    return _record(config, params, plan, placement, device, trained, cap, extra, trace_dir, start).replace(
+        trial_id=trial_id)
+
+
+def run_trial(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
+              extra: dict[str, Any] | None = None, threads: int | None = None, run_dir: str | Path | None = None,
+              validate: bool = True, node_id: str | None = None) -> TrialResult:
+    """Run one measured one-worker trial of ``params`` (batch_size, lr, num_gpus) under ``config``.
+
+    Never raises for trial faults: out of memory ends as ``oom``, everything else as ``failed``
+    with the reason (and the traceback where it helps). ``threads``: torch intra-op threads for
+    this trial (restored afterwards). ``run_dir``: where profiler traces go
+    (``traces/<trial_id>``). ``validate=False`` leaves out the validation pass (memory probes).
+    Whether to run at all is the policy's decision (``policy.Policy.skip``), made before.
+    """
+    start = time.perf_counter()
+    p = Params.of(params)
+    base = TrialInfo(host=socket.gethostname(), pid=os.getpid())
+    if p.num_gpus > 1:
+        return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 runs on a worker group: use the ray backend",
+                           duration_s=0.0, info=base)
+    prev_threads = torch.get_num_threads()
+    device = pick_device()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        return measure(config, p, Placement(threads=threads, node_id=node_id), extra=extra, run_dir=run_dir,
+                       trial_id=trial_id, validate=validate, start=start)
+    except Exception as e:  # the trial boundary: every fault becomes a record
+        status, reason, trace = classify(e)
+        info = base.with_(device=device_name(device, torch.get_num_threads()))
+        return TrialResult(trial_id, p, status, reason, duration_s=time.perf_counter() - start, info=info,
+                           traceback=trace)
+    finally:
+        torch.set_num_threads(prev_threads)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()

@@ -1,0 +1,100 @@
+"""Reading YAML safely (no Python tags; ``1e-4`` read as a number) and ``--set`` overrides.
+
+User mistakes raise ConfigError naming the file or the override.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tune_batch.errors import ConfigError
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _set_path(raw: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {dotted}=...: bad key; use dotted names like budget.trials=8")
+    node: Any = raw
+    for part in parts[:-1]:
+        nxt = node.get(part) if isinstance(node, dict) else None
+        if nxt is None:
+            nxt = {}
+            node[part] = nxt
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {dotted}: {part!r} is not a section (it holds {_short(nxt)})")
+        node = nxt
+    node[parts[-1]] = value
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
+
+
+_Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def safe_load(text: str) -> Any:
+    """``yaml.safe_load`` semantics (no Python tags), with ``1e-4`` read as a float."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides; values are parsed as YAML (``[1,2]``, ``true``, ``1e-3``)."""
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. budget.trials=8")
+        key, text = item.split("=", 1)
+        try:
+            value = safe_load(text) if text.strip() else None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {key}={text}: value is not valid YAML ({_yaml_problem(e)})") from e
+        _set_path(raw, key.strip(), value)
+    return raw
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    mark = getattr(e, "problem_mark", None)
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return str(problem)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping with ``yaml.safe_load``; user errors raise ConfigError."""
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise ConfigError(f"config file {str(p)!r} is a directory; give a .yaml file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {e}") from e
+    try:
+        raw = safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: YAML syntax error at {_yaml_problem(e)}") from e
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    return raw
