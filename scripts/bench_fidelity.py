@@ -50,13 +50,13 @@ def main() -> None:
             res = run_trial(c, params, trial_id=f"{name.replace(' ', '-')}-{rep}", run_dir=tmp, validate=False)
             if res.status != "ok":
                 raise SystemExit(f"{name}: trial {res.status}: {res.reason}")
-            if "profiler_overhead" in res.info:
-                step_overhead.append(res.info["profiler_overhead"])
-            ext = res.info.get("window_extension_steps", 0)
-            print(f"{name:13s} {rep + 1}: {res.metrics['samples_per_s']:9.1f} samples/s over {res.info['timed_steps']} "
-                  f"timed steps{f' ({ext} lengthening)' if ext else ''}, {res.metrics['timed_s']:.2f} s, "
-                  f"{res.info['device']}", flush=True)
-            return res.metrics["samples_per_s"]
+            if res.info.profiler_overhead is not None:
+                step_overhead.append(res.info.profiler_overhead)
+            ext = res.info.window_extension_steps or 0
+            print(f"{name:13s} {rep + 1}: {res.metrics.samples_per_s:9.1f} samples/s over {res.info.timed_steps} "
+                  f"timed steps{f' ({ext} lengthening)' if ext else ''}, {res.metrics.timed_s:.2f} s, "
+                  f"{res.info.device}", flush=True)
+            return res.metrics.samples_per_s
 
         def pairs(n: int, a: tuple, b: tuple) -> tuple[list[float], list[float], list[float]]:
             xs, ys, ratios = [], [], []

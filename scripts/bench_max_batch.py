@@ -103,7 +103,7 @@ def main() -> None:
               f"[{', '.join(str(p.batch_size) for p in ours.probes)}]; lightning-binsearch {l_batch} in {len(l_probes)} probes "
               f"({t_l:.1f} s) [{', '.join(str(p.batch_size) for p in l_probes)}]; "
               f"20-step check at {ours.batch_size}: {check.status if check else '-'}{' (' + str(check.reason) + ')' if check and check.reason else ''}"
-              f" peak {check.metrics.get('peak_mem_bytes', 0) / 2**20 if check and check.metrics else 0:.1f} MiB; "
+              f" peak {(check.metrics.peak_mem_bytes or 0) / 2**20 if check else 0:.1f} MiB; "
               f"max prediction error inside the fit {max(errs) if errs else float('nan'):.1%} ({len(errs)} points)")
 
     med = [statistics.median(r[i] for r in rows) for i in range(7)]

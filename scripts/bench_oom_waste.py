@@ -23,10 +23,10 @@ from tune_batch.max_batch import probe_trial  # noqa: E402
 from tune_batch.runner import search  # noqa: E402
 
 
-def waste(records: list[dict]) -> tuple[float, dict[str, int], float]:
-    total = sum(r.get("duration_s") or 0.0 for r in records)
-    bad = sum(r.get("duration_s") or 0.0 for r in records if r["status"] in ("oom", "skipped"))
-    counts = {s: sum(1 for r in records if r["status"] == s) for s in ("ok", "oom", "skipped", "failed")}
+def waste(records: list) -> tuple[float, dict[str, int], float]:
+    total = sum(r.duration_s for r in records)
+    bad = sum(r.duration_s for r in records if r.status in ("oom", "skipped"))
+    counts = {s: sum(1 for r in records if r.status == s) for s in ("ok", "oom", "skipped", "failed")}
     return (bad / total if total else 0.0), counts, total
 
 

@@ -64,8 +64,8 @@ def measure(args: argparse.Namespace) -> None:
             runs[(b, lr)].append(rec)
             m = res.metrics
             print(f"[repeat {rep + 1}/{args.repeats}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
-                  f"{m.get('samples_per_s', 0):.0f} samples/s, util {m.get('device_util', 0):.3f}, "
-                  f"val_acc {m.get('val_acc', 0):.3f}, peak {m.get('peak_mem_bytes', 0) / 2**20:.1f} MiB, "
+                  f"{m.samples_per_s or 0:.0f} samples/s, util {m.device_util or 0:.3f}, "
+                  f"val_acc {m.val_acc or 0:.3f}, peak {(m.peak_mem_bytes or 0) / 2**20:.1f} MiB, "
                   f"{res.duration_s:.1f} s", flush=True)
     records = []
     for reps in runs.values():
@@ -102,18 +102,20 @@ class Replay:
     def snap(self, lr: float) -> float:
         return min(self.lrs, key=lambda v: abs(math.log(v) - math.log(lr)))
 
-    def lookup(self, b: int, lr: float) -> tuple[dict, float]:
-        """(record as it would have come out under the cap, trial-seconds it cost)."""
-        rec = self.by_point[(b, self.snap(lr))]
-        if rec["status"] != "ok":
-            return rec, rec["duration_s"]
-        m = rec["metrics"]
-        if self.cap is not None and m["peak_mem_bytes"] > self.cap:
-            return ({**rec, "status": "oom", "reason": "replayed: measured peak over the cap", "metrics": {}},
-                    max(0.0, rec["duration_s"] - m["timed_s"]))
-        return rec, rec["duration_s"]
+    def lookup(self, b: int, lr: float):  # -> (TrialResult, trial-seconds)
+        """(the record as it would have come out under the cap, trial-seconds it cost)."""
+        from tune_batch.records import Metrics, Status, TrialResult
 
-    def full(self) -> list[dict]:
+        rec = TrialResult.from_record(self.by_point[(b, self.snap(lr))])
+        if rec.status is not Status.OK:
+            return rec, rec.duration_s
+        m = rec.metrics
+        if self.cap is not None and m.peak_mem_bytes > self.cap:
+            return (rec.replace(status=Status.OOM, reason="replayed: measured peak over the cap", metrics=Metrics()),
+                    max(0.0, rec.duration_s - m.timed_s))
+        return rec, rec.duration_s
+
+    def full(self) -> list:
         return [self.lookup(b, lr)[0] for (b, lr) in self.by_point]
 
     def full_cost(self) -> float:
@@ -122,15 +124,19 @@ class Replay:
 
 def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasibility: bool,
                   bounds: list[tuple[float, float]]) -> tuple[float, float]:
+    """One replayed search through tune_batch's own Objective (policy, Optuna seam), with a
+    runner that looks results up instead of training."""
     import optuna
 
-    from tune_batch import objectives
-    from tune_batch.oom import FeasibilityModel
+    from tune_batch.backends.optuna import Objective
     from tune_batch.pareto import front_hypervolume
+    from tune_batch.policy import Policy
     from tune_batch.samplers import make_sampler
-    from tune_batch.space import suggest
 
-    cfg = rp.config
+    resources = rp.config.resources.model_copy(update={"device_memory": int(rp.cap) if rp.cap else None,
+                                                       "feasibility_model": feasibility})
+    space = rp.config.space.model_copy(update={"num_gpus": [1]})
+    cfg = rp.config.model_copy(update={"resources": resources, "space": space})
     seeded = sampler_name.endswith("+ladder")
     sampler_name = sampler_name.removesuffix("+ladder")
     if sampler_name == "grid":
@@ -143,25 +149,16 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
 
         for point in ladder(cfg.space)[:n_trials]:
             study.enqueue_trial(point)
-    model = FeasibilityModel(rp.cap) if feasibility else None
-    found, cost = [], 0.0
-    for _ in range(n_trials):
-        trial = study.ask()
-        p = suggest(trial, cfg.space, [1])
-        reason = model.skip_reason(p) if model else None
-        if reason:
-            rec, spent = {"params": p, "status": "skipped", "reason": reason, "metrics": {}}, 0.0
-        else:
-            rec, spent = rp.lookup(p["batch_size"], p["lr"])
-            rec = {**rec, "params": {**rec["params"], "batch_size": p["batch_size"]}}
-        cost += spent
-        for k, v in objectives.constraints(rec).items():
-            trial.set_constraint(k, v)
-        if model:
-            model.observe(rec)
-        found.append(rec)
-        study.tell(trial, objectives.values(cfg, rec))
-    return front_hypervolume(found, cfg.metric_names, cfg.directions, bounds), cost
+    spent = [0.0]
+
+    def runner(config, params, *, trial_id, extra, run_dir):
+        rec, cost = rp.lookup(params.batch_size, params.lr)
+        spent[0] += cost
+        return rec.replace(trial_id=trial_id, params=params)
+
+    objective = Objective(cfg, policy=Policy(cfg), runner=runner)
+    study.optimize(objective, n_trials=n_trials)
+    return front_hypervolume(objective.records, cfg.metric_names, cfg.directions, bounds), spent[0]
 
 
 _STATE: dict = {}
@@ -203,14 +200,14 @@ def replay(args: argparse.Namespace) -> None:
     rp = Replay(table, cap)
     cfg = rp.config
     full = rp.full()
-    ok = [r for r in full if r["status"] == "ok"]
+    ok = [r for r in full if r.feasible]
     if not ok:
         raise SystemExit(f"no grid point fits under --cap {args.cap}: raise it")
-    bounds = [(min(r["metrics"][m] for r in ok), max(r["metrics"][m] for r in ok)) for m in cfg.metric_names]
+    bounds = [(min(r.metrics.value(m) for r in ok), max(r.metrics.value(m) for r in ok)) for m in cfg.metric_names]
     hv_full = front_hypervolume(full, cfg.metric_names, cfg.directions, bounds)
     full_cost = rp.full_cost()
     n_grid = len(rp.by_point)
-    over = sum(1 for r in full if r["status"] == "oom")
+    over = sum(1 for r in full if r.status == "oom")
     print(f"table: {n_grid} points measured on {table['machine']['device']} ({table['machine']['host']}, "
           f"{table['measured_at']}); cap {args.cap}: {over} points ({over / n_grid:.0%}) over it; "
           f"full-grid hypervolume {hv_full:.4f}, compute {full_cost:.0f} trial-s")

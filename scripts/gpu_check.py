@@ -53,16 +53,16 @@ def main() -> int:
     def nvml() -> dict:
         res = run_trial(config_from_dict(base), {"batch_size": 256, "lr": 0.05, "num_gpus": 1})
         m, info = res.metrics, res.info
-        rate = info.get("nvml_samples", 0) / max(m.get("timed_s", 1e9), 1e-9)
-        ok = res.status == "ok" and 0 < m.get("device_util", -1) <= 1 and rate >= 10
-        return {"ok": ok, "status": res.status, "reason": res.reason, "device_util": m.get("device_util"),
-                "nvml_samples": info.get("nvml_samples"), "samples_per_hz": rate, "energy_j_per_sample": m.get("energy_j_per_sample"),
-                "samples_per_s": m.get("samples_per_s"), "peak_mem_bytes": m.get("peak_mem_bytes"), "mfu": m.get("mfu"),
-                "bottleneck": info.get("bottleneck"), "device": info.get("device"),
-                "device_util_method": info.get("device_util_method"), "device_util_polled": info.get("device_util_polled"),
-                "sm_active": info.get("sm_active"), "tensor_active": info.get("tensor_active"), "gpm": info.get("gpm"),
-                "timed_s": m.get("timed_s"), "window_extension_steps": info.get("window_extension_steps"),
-                "peak_source": info.get("peak_source")}
+        rate = (info.nvml_samples or 0) / max(m.timed_s or 1e9, 1e-9)
+        ok = res.status == "ok" and 0 < (m.device_util if m.device_util is not None else -1) <= 1 and rate >= 10
+        return {"ok": ok, "status": res.status, "reason": res.reason, "device_util": m.device_util,
+                "nvml_samples": info.nvml_samples, "samples_per_hz": rate, "energy_j_per_sample": m.energy_j_per_sample,
+                "samples_per_s": m.samples_per_s, "peak_mem_bytes": m.peak_mem_bytes, "mfu": m.mfu,
+                "bottleneck": info.bottleneck, "device": info.device,
+                "device_util_method": info.device_util_method, "device_util_polled": info.device_util_polled,
+                "sm_active": info.sm_active, "tensor_active": info.tensor_active, "gpm": info.gpm,
+                "timed_s": m.timed_s, "window_extension_steps": info.window_extension_steps,
+                "peak_source": info.peak_source}
 
     def oom() -> dict:
         cfg = config_from_dict({**base, "data": {**base["data"], "resize": 224, "synthetic_samples": 2048},
@@ -81,12 +81,12 @@ def main() -> int:
 
         # the datasheet peak against what this GPU's own fp32 matmul and conv kernels reach
         measured, rates = measure_peak(torch.device("cuda", 0), torch.float32)
-        return {"ok": res.status == "ok" and 0.3 <= m.get("mfu", 0) <= 1.0, "status": res.status, "reason": res.reason,
-                "mfu": m.get("mfu"), "model_flops_per_s": m.get("model_flops_per_s"), "peak": info.get("peak_flops_per_s"),
-                "peak_source": info.get("peak_source"), "data_wait_frac": m.get("data_wait_frac"),
-                "samples_per_s": m.get("samples_per_s"), "measured_fp32_peak": measured, "measured_rates": rates,
-                "device_util": m.get("device_util"), "sm_active": info.get("sm_active"),
-                "tensor_active": info.get("tensor_active"), "device_util_method": info.get("device_util_method")}
+        return {"ok": res.status == "ok" and 0.3 <= (m.mfu or 0) <= 1.0, "status": res.status, "reason": res.reason,
+                "mfu": m.mfu, "model_flops_per_s": m.model_flops_per_s, "peak": info.peak_flops_per_s,
+                "peak_source": info.peak_source, "data_wait_frac": m.data_wait_frac,
+                "samples_per_s": m.samples_per_s, "measured_fp32_peak": measured, "measured_rates": rates,
+                "device_util": m.device_util, "sm_active": info.sm_active,
+                "tensor_active": info.tensor_active, "device_util_method": info.device_util_method}
 
     def six_trials() -> dict:
         cfg = config_from_dict({**base, "budget": {**base["budget"], "trials": 6, "train_samples": 4096},
@@ -94,7 +94,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             run = Path(args.out or tmp) / "search"
             res = search(cfg, run, quiet=True)
-            statuses = [r["status"] for r in res.records]
+            statuses = [r.status.value for r in res.records]
         return {"ok": len(statuses) == 6 and "ok" in statuses, "statuses": statuses, "front": len(res.front)}
 
     for name, fn in (("nvml", nvml), ("oom", oom), ("mfu", mfu), ("search", six_trials)):

@@ -18,9 +18,8 @@ from tests.conftest import tiny_config
 from tune_batch.cli import main
 from tune_batch.config import load_config
 from tune_batch.errors import UserError
-from tune_batch.pareto import REFERENCE, hypervolume
 from tune_batch.files import write_files
-from tune_batch.pareto import parse_prefer, recommend
+from tune_batch.pareto import REFERENCE, hypervolume, parse_prefer, recommend
 from tune_batch.records import TrialResult
 from tune_batch.report import build_report
 from tune_batch.report_html import figure_data

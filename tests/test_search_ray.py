@@ -35,7 +35,15 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkey
         search={"seed": 3},
     )
     run = tmp_path / "run"
+    import optuna  # noqa: F401  (its import-time defaults are its own; see test_architecture)
+
+    from tests.test_architecture import process_state
+
+    before = process_state()
     result = search(cfg, run, quiet=True)
+    after = process_state()
+    assert after["levels"] == before["levels"] and after["filters"] == before["filters"]
+    assert after["env"] == before["env"]  # Ray's auth token and settings are gone again
 
     lines = (run / "trials.jsonl").read_text().splitlines()
     recs = [json.loads(x) for x in lines]

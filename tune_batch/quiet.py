@@ -42,3 +42,19 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def environment_restored() -> Iterator[None]:
+    """``os.environ`` as it was on entry, on exit: variables set meanwhile (by tune_batch, or by a
+    library as a side effect, e.g. torch's TORCHINDUCTOR_CACHE_DIR) are removed, changed ones
+    put back."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            os.environ.pop(key, None)
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value

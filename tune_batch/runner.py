@@ -9,6 +9,7 @@ the study are marked FAIL and run again.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from tune_batch.files import write_files
 from tune_batch.pareto import Prefer
 from tune_batch.policy import Policy
 from tune_batch.progress import Progress
-from tune_batch.quiet import quiet_libraries
+from tune_batch.quiet import environment_restored, quiet_libraries
 from tune_batch.records import TrialResult
 from tune_batch.report import Report, build_report, latest_per_trial, render_summary
 from tune_batch.results import RunDir
@@ -99,6 +100,13 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
     anything is written to ``output``. Logger levels, warning filters, environment variables
     and Optuna's verbosity are as they were when it returns.
     """
+    with environment_restored(), warnings.catch_warnings():  # filters a library adds on first use go too
+        return _search(config, output, address=address, storage_url=storage_url, study_name=study_name,
+                       force=force, quiet=quiet, verbose=verbose, prefer=prefer)
+
+
+def _search(config: Config, output: str | Path | None, *, address: str | None, storage_url: str | None,
+            study_name: str | None, force: bool, quiet: bool, verbose: bool, prefer: Prefer) -> SearchResult:
     run_dir = RunDir(output or default_output(config))
     RunDir.check_writable(run_dir.path)
     if config.search.backend == "optuna" and (address or config.search.address):

@@ -122,53 +122,58 @@ class GpuWindow:
         return out
 
 
-def _nvml_reader(torch_indices: list[int]) -> Callable[[], dict[int, GpuSample]]:
-    """A function reading one sample of each of the trial's GPUs, matched to NVML by UUID so
-    that CUDA_VISIBLE_DEVICES (and Ray's assignment) is respected."""
-    try:
-        import pynvml
-    except ImportError as e:
-        raise DeviceMonitorError("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from e
-    import torch
+class NvmlReader:
+    """Reads the trial's GPUs through NVML, matched by UUID so that CUDA_VISIBLE_DEVICES (and
+    Ray's assignment) is respected. Calling it reads one sample of each GPU; it also reads the
+    driver's timestamped utilization samples and GPM activity. NVML errors become
+    DeviceMonitorError."""
 
-    try:
-        pynvml.nvmlInit()
-        handles = {}
-        for i in torch_indices:
-            uuid = str(torch.cuda.get_device_properties(i).uuid)
-            uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
-            handles[i] = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-    except pynvml.NVMLError as e:
-        raise DeviceMonitorError(f"NVML could not open the trial's GPUs {torch_indices}: {e}") from e
-
-    def read() -> dict[int, GpuSample]:
-        out = {}
-        now = time.perf_counter()
+    def __init__(self, torch_indices: list[int]) -> None:
         try:
-            for i, h in handles.items():
-                util = pynvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
-                mem = pynvml.nvmlDeviceGetMemoryInfo(h).used
-                try:
-                    power: float | None = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
-                except pynvml.NVMLError:
-                    power = None
-                try:
-                    energy: float | None = float(pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
-                except pynvml.NVMLError:
-                    energy = None
-                out[i] = GpuSample(now, util, int(mem), power, energy)
+            import pynvml
+        except ImportError as e:
+            raise DeviceMonitorError("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from e
+        import torch
+
+        self.nvml = pynvml
+        self._gpm: dict[int, Any] = {}
+        try:
+            pynvml.nvmlInit()
+            self.handles = {}
+            for i in torch_indices:
+                uuid = str(torch.cuda.get_device_properties(i).uuid)
+                uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+                self.handles[i] = pynvml.nvmlDeviceGetHandleByUUID(uuid)
         except pynvml.NVMLError as e:
+            raise DeviceMonitorError(f"NVML could not open the trial's GPUs {torch_indices}: {e}") from e
+
+    def _optional(self, fn: Callable[[], float]) -> float | None:
+        try:
+            return float(fn())
+        except self.nvml.NVMLError:
+            return None
+
+    def __call__(self) -> dict[int, GpuSample]:
+        nv, out, now = self.nvml, {}, time.perf_counter()
+        try:
+            for i, h in self.handles.items():
+                util = nv.nvmlDeviceGetUtilizationRates(h).gpu / 100.0
+                mem = nv.nvmlDeviceGetMemoryInfo(h).used
+                power = self._optional(lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
+                energy = self._optional(lambda h=h: nv.nvmlDeviceGetTotalEnergyConsumption(h))
+                out[i] = GpuSample(now, util, int(mem), power, energy)
+        except nv.NVMLError as e:
             raise DeviceMonitorError(f"NVML read failed: {e}") from e
         return out
 
-    def util_samples(since_s: float) -> dict[int, list[tuple[float, float]]]:
+    def util_samples(self, since_s: float) -> dict[int, list[tuple[float, float]]]:
         """The driver's utilization samples since ``since_s`` (host epoch seconds) per GPU, as
         (timestamp s, fraction)."""
-        out: dict[int, list[tuple[float, float]]] = {}
-        for i, h in handles.items():
+        nv, out = self.nvml, {}
+        for i, h in self.handles.items():
             try:
-                _, samples = pynvml.nvmlDeviceGetSamples(h, pynvml.NVML_GPU_UTILIZATION_SAMPLES, int(since_s * 1e6))
-            except pynvml.NVMLError as e:
+                _, samples = nv.nvmlDeviceGetSamples(h, nv.NVML_GPU_UTILIZATION_SAMPLES, int(since_s * 1e6))
+            except nv.NVMLError as e:
                 if "not found" in str(e).lower():  # no sample since then
                     out[i] = []
                     continue
@@ -176,61 +181,58 @@ def _nvml_reader(torch_indices: list[int]) -> Callable[[], dict[int, GpuSample]]
             out[i] = [(x.timeStamp / 1e6, x.sampleValue.uiVal / 100.0) for x in samples]
         return out
 
-    gpm: dict[int, Any] = {}
-
-    def _free(samples: Any) -> None:
+    def _free(self, samples: Any) -> None:
         for x in list(samples):
             try:
-                pynvml.nvmlGpmSampleFree(x)
-            except pynvml.NVMLError:
+                self.nvml.nvmlGpmSampleFree(x)
+            except self.nvml.NVMLError:
                 pass
 
-    def gpm_begin() -> str | None:
+    def gpm_begin(self) -> str | None:
         """Take a GPU Performance Monitoring sample of each GPU (Hopper and newer); returns why
         not where GPM is unavailable."""
-        gpm.clear()
+        nv = self.nvml
+        self._gpm.clear()
         try:
-            for i, h in handles.items():
-                if not pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+            for i, h in self.handles.items():
+                if not nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
                     return "GPM not supported on this GPU"
-                sample = pynvml.nvmlGpmSampleAlloc()
-                pynvml.nvmlGpmSampleGet(h, sample)
-                gpm[i] = sample
-        except (pynvml.NVMLError, AttributeError) as e:
-            _free(gpm.values())
-            gpm.clear()
+                sample = nv.nvmlGpmSampleAlloc()
+                nv.nvmlGpmSampleGet(h, sample)
+                self._gpm[i] = sample
+        except (nv.NVMLError, AttributeError) as e:
+            self._free(self._gpm.values())
+            self._gpm.clear()
             return f"GPM unavailable: {e}"
         return None
 
-    def gpm_end() -> dict[int, dict[str, float]]:
+    def _activity(self, i: int, start: Any, end: Any) -> dict[str, float]:
+        nv = self.nvml
+        nv.nvmlGpmSampleGet(self.handles[i], end)
+        get = nv.c_nvmlGpmMetricsGet_t()
+        get.version = nv.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(_GPM_METRICS)
+        get.sample1, get.sample2 = start, end
+        for k, (metric_id, _) in enumerate(_GPM_METRICS):
+            get.metrics[k].metricId = metric_id
+        nv.nvmlGpmMetricsGet(get)
+        return {name: get.metrics[k].value / 100.0 for k, (_, name) in enumerate(_GPM_METRICS)
+                if get.metrics[k].nvmlReturn == nv.NVML_SUCCESS}
+
+    def gpm_end(self) -> dict[int, dict[str, float]]:
         """SM and tensor-pipe activity (fractions) between ``gpm_begin`` and now, per GPU."""
         out: dict[int, dict[str, float]] = {}
         ends = []
         try:
-            for i, start in gpm.items():
-                end = pynvml.nvmlGpmSampleAlloc()
-                ends.append(end)
-                pynvml.nvmlGpmSampleGet(handles[i], end)
-                get = pynvml.c_nvmlGpmMetricsGet_t()
-                get.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-                get.numMetrics = len(_GPM_METRICS)
-                get.sample1, get.sample2 = start, end
-                for k, (metric_id, _) in enumerate(_GPM_METRICS):
-                    get.metrics[k].metricId = metric_id
-                pynvml.nvmlGpmMetricsGet(get)
-                out[i] = {name: get.metrics[k].value / 100.0 for k, (_, name) in enumerate(_GPM_METRICS)
-                          if get.metrics[k].nvmlReturn == pynvml.NVML_SUCCESS}
-        except pynvml.NVMLError as e:
+            for i, start in self._gpm.items():
+                ends.append(self.nvml.nvmlGpmSampleAlloc())
+                out[i] = self._activity(i, start, ends[-1])
+        except self.nvml.NVMLError as e:
             raise DeviceMonitorError(f"GPM read failed: {e}") from e
         finally:
-            _free([*gpm.values(), *ends])
-            gpm.clear()
+            self._free([*self._gpm.values(), *ends])
+            self._gpm.clear()
         return out
-
-    read.util_samples = util_samples  # type: ignore[attr-defined]
-    read.gpm_begin = gpm_begin  # type: ignore[attr-defined]
-    read.gpm_end = gpm_end  # type: ignore[attr-defined]
-    return read
 
 
 def _gpm_metric_ids() -> list[tuple[int, str]]:
@@ -271,7 +273,7 @@ class GpuSampler:
 
     def __init__(self, torch_indices: list[int], interval_s: float = 0.05,
                  reader: Callable[[], dict[int, GpuSample]] | None = None) -> None:
-        self._read = reader or _nvml_reader(torch_indices)
+        self._read = reader or NvmlReader(torch_indices)
         self._util_samples = getattr(self._read, "util_samples", None)
         self._gpm_begin = getattr(self._read, "gpm_begin", None)
         self._gpm_end = getattr(self._read, "gpm_end", None)
