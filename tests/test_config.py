@@ -36,6 +36,15 @@ def test_overrides_are_yaml_typed() -> None:
     assert parse_memory(cfg.resources.device_memory) == ("bytes", 256 * 2**20)
 
 
+@pytest.mark.parametrize(("value", "parsed"), [
+    ("24GiB", ("bytes", 24 * 2**30)), ("512 MiB", ("bytes", 512 * 2**20)), ("1.5GB", ("bytes", 1.5e9)),
+    (4294967296, ("bytes", 2**32)), ("4294967296", ("bytes", 2**32)),  # plain byte counts
+    (0.5, ("fraction", 0.5)), ("0.25", ("fraction", 0.25)), (1, ("fraction", 1.0)),
+])
+def test_memory_sizes(value: object, parsed: tuple) -> None:
+    assert parse_memory(value) == parsed
+
+
 BAD = [
     # (raw config, words the one-line message must contain)
     ({"space": {"batchsize": {"min": 16}}}, ["space.batchsize", "unknown key", "did you mean 'batch_size'"]),
@@ -62,6 +71,8 @@ BAD = [
     ({"resources": {"device_memory": "lots"}}, ["resources.device_memory", "'lots'", "24GiB"]),
     ({"resources": {"device_memory": -1}}, ["resources.device_memory", "-1"]),
     ({"resources": {"device_memory": "3XB"}}, ["unit 'XB'"]),
+    ({"resources": {"device_memory": "1B"}}, ["resources.device_memory", "'1B'", "1 MiB to 1 PiB"]),
+    ({"resources": {"device_memory": "99999999TiB"}}, ["resources.device_memory", "1 MiB to 1 PiB"]),
     ({"resources": {"cpus_per_trial": 0}}, ["resources.cpus_per_trial"]),
     ({"optimizer": {"momentum": 1.5}}, ["optimizer.momentum", "1.5"]),
     ({"name": "has space"}, ["name", "'has space'"]),
