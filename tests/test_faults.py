@@ -14,7 +14,7 @@ from tune_batch.runner import search
 
 EXPECTED = {
     16: ("failed", "injected fault: the model raised"),
-    32: ("failed", "non-finite loss"),
+    32: ("diverged", "non-finite loss"),
     64: ("oom", "OutOfMemoryError"),
     96: ("failed", "timeout: still running"),
     256: ("failed", "ray:"),  # the trial's process was killed: Ray reports the dead actor
@@ -45,8 +45,12 @@ def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path) -> None
         assert rec["status"] == status, (b, rec["status"], rec["reason"])
         if words:
             assert words in rec["reason"], (b, rec["reason"])
-    states = [t.state for t in optuna.load_study(study_name="faults", storage=storage).get_trials()]
+    trials = optuna.load_study(study_name="faults", storage=storage).get_trials()
+    states = [t.state for t in trials]
     assert len(states) == len(sizes) and optuna.trial.TrialState.RUNNING not in states
+    # a diverged trial is infeasible information for the sampler, not a FAIL
+    diverged = next(t for t in trials if t.params["batch_size"] == 32)
+    assert diverged.state == optuna.trial.TrialState.COMPLETE and diverged.constraints["diverged"] > 0
 
 
 def test_a_dead_data_loader_worker_is_a_failed_record() -> None:

@@ -75,7 +75,7 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkey
         if r["status"] in ("oom", "skipped"):
             assert t.constraints["memory"] > 0  # infeasible, never an error
         else:
-            assert t.constraints == {"memory": 0.0, "space": 0.0}
+            assert t.constraints == {"memory": 0.0, "space": 0.0, "diverged": 0.0}
 
     pareto = json.loads((run / "pareto.json").read_text())
     front_ids = {t["trial_id"] for t in pareto["trials"]}

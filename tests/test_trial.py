@@ -33,7 +33,7 @@ def test_trial_on_digits_learns_and_measures_everything(tiny) -> None:
     assert res.duration_s >= m.timed_s
     rec = res.to_record()
     assert TrialResult.from_record(rec) == res
-    assert objectives.constraints(res) == {"memory": 0.0, "space": 0.0}
+    assert objectives.constraints(res) == {"memory": 0.0, "space": 0.0, "diverged": 0.0}
 
 
 def test_short_window_is_lengthened_without_changing_training() -> None:
@@ -95,10 +95,13 @@ def test_memory_cap_ends_the_trial_as_oom() -> None:
         assert "exceeds the cap of 1.0 MiB" in res.reason
 
 
-def test_nan_loss_is_failed_with_the_reason() -> None:
-    res = run_trial(tiny_config(), {"batch_size": 16, "lr": 1e12, "num_gpus": 1})
-    assert res.status == "failed"
+def test_nan_loss_is_diverged_and_infeasible() -> None:
+    cfg = tiny_config()
+    res = run_trial(cfg, {"batch_size": 16, "lr": 1e12, "num_gpus": 1})
+    assert res.status == "diverged" and res.traceback is None
     assert "non-finite loss" in res.reason or "NaN in BatchNorm" in res.reason
+    assert objectives.constraints(res) == {"memory": 0.0, "space": 0.0, "diverged": 1.0}
+    assert objectives.values(cfg, res) == [0.0, 0.0, 0.0]  # told as infeasible, not as a FAIL
 
 
 def test_timeout_is_failed() -> None:
@@ -121,7 +124,7 @@ def test_rule_breaking_combination_is_skipped_without_training(tiny) -> None:
     assert res.status == "skipped"
     assert "min_batch_per_gpu 16 x num_gpus 2 = 32" in res.reason
     assert res.info.train_s == 0.0 and res.duration_s == 0.0 and res.trial_id == 5
-    assert objectives.constraints(res) == {"memory": 0.0, "space": 1.0}
+    assert objectives.constraints(res) == {"memory": 0.0, "space": 1.0, "diverged": 0.0}
     assert Policy(tiny).skip(Params(32, 0.05, 2), trial_id=6) is None
 
 
@@ -136,9 +139,25 @@ def test_profiled_steps_write_a_trace_and_stay_out_of_the_window(tmp_path) -> No
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, trial_id=3, run_dir=tmp_path)
     assert res.status == "ok", res.reason
     assert res.info.profiled_steps == 4
-    assert res.info.timed_steps == 64 - 2 - 4 + (res.info.window_extension_steps or 0)
+    # profiled steps run after validation, outside the budget: the window keeps every budget step
+    assert res.info.timed_steps == 64 - 2 + (res.info.window_extension_steps or 0)
     traces = list((tmp_path / "traces" / "3").glob("*.json"))
     assert traces, "no trace file written"
     import json
 
     assert json.loads(traces[0].read_text())["traceEvents"]
+
+
+def test_measurement_never_touches_training(tmp_path) -> None:
+    # profiling on and a window lengthened by extra steps, against neither: the model that
+    # val_acc sees is the one train_samples of training left, exactly
+    plain_cfg = tiny_config(budget={"train_samples": 512, "min_window_s": 0}, profile={"enabled": False})
+    plain = run_trial(plain_cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, trial_id=0, run_dir=tmp_path)
+    measured_cfg = tiny_config(budget={"train_samples": 512, "min_window_s": 3 * plain.metrics.timed_s + 0.2},
+                               profile={"enabled": True, "wait": 1, "warmup": 1, "active": 2})
+    measured = run_trial(measured_cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, trial_id=1, run_dir=tmp_path)
+    assert plain.status == measured.status == "ok", (plain.reason, measured.reason)
+    assert measured.info.window_extension_steps and measured.info.profiled_steps == 4
+    assert measured.info.trace_dir and plain.info.trace_dir is None
+    assert measured.metrics.val_acc == plain.metrics.val_acc
+    assert measured.info.final_loss == plain.info.final_loss

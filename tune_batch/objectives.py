@@ -16,7 +16,7 @@ from tune_batch.records import Status, TrialResult
 SENTINEL_MAXIMIZE = 0.0
 SENTINEL_MINIMIZE = 1e18
 
-CONSTRAINT_KEYS = ("memory", "space")
+CONSTRAINT_KEYS = ("memory", "space", "diverged")
 
 
 def is_maximize(direction: str) -> bool:
@@ -47,11 +47,13 @@ def values(config: Config, result: TrialResult) -> list[float]:
 
 def constraints(result: TrialResult) -> dict[str, float]:
     """Constraint values: ``memory`` > 0 for oom and memory-skipped trials, ``space`` > 0 for
-    combinations that break the batch rules; 0 (feasible) otherwise."""
+    combinations that break the batch rules, ``diverged`` > 0 for a non-finite loss (so the
+    sampler learns the learning-rate boundary as it learns the memory boundary); 0 (feasible)
+    otherwise."""
     status, reason = result.status, result.reason or ""
     space_bad = status is Status.SKIPPED and reason.startswith("space:")
     memory_bad = status is Status.OOM or (status is Status.SKIPPED and not space_bad)
-    return {"memory": 1.0 if memory_bad else 0.0, "space": 1.0 if space_bad else 0.0}
+    return {"memory": float(memory_bad), "space": float(space_bad), "diverged": float(status is Status.DIVERGED)}
 
 
 def is_feasible(result: TrialResult, metrics: Sequence[str]) -> bool:

@@ -53,7 +53,7 @@ class Progress:
         if self.quiet:
             return
         done = len({r.trial_id for r in self.records})
-        counts = {s: sum(1 for r in self.records if r.status is s) for s in (Status.OOM, Status.SKIPPED, Status.FAILED)}
+        counts = {s: sum(1 for r in self.records if r.status is s) for s in Status if s is not Status.OK}
         size = len(front(self.records, self.config.metric_names, self.config.directions))
         elapsed = time.monotonic() - self._start
         left = (elapsed / self._done_here) * max(0, self.total - done)

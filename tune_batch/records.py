@@ -22,6 +22,7 @@ class Status(str, Enum):
     OK = "ok"
     OOM = "oom"  # ran out of device memory (or over resources.device_memory)
     SKIPPED = "skipped"  # ruled out before running (batch rules, memory model): no compute spent
+    DIVERGED = "diverged"  # the loss (or a BatchNorm statistic) became NaN or infinite: the lr is too high
     FAILED = "failed"  # an exception or a timeout; the reason is kept
 
     def __str__(self) -> str:

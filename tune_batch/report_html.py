@@ -17,7 +17,8 @@ from tune_batch.objectives import is_feasible
 from tune_batch.records import Status, TrialResult
 from tune_batch.report import Report, row
 
-STATUS_COLOURS = {Status.OK: "#1f77b4", Status.OOM: "#9e9e9e", Status.SKIPPED: "#c7c7c7", Status.FAILED: "#7f7f7f"}
+STATUS_COLOURS = {Status.OK: "#1f77b4", Status.OOM: "#9e9e9e", Status.SKIPPED: "#c7c7c7",
+                  Status.DIVERGED: "#bcbd22", Status.FAILED: "#7f7f7f"}
 
 
 def _hover(r: TrialResult, metrics: list[str]) -> str:

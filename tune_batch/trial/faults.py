@@ -22,10 +22,12 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
 
 
 def classify(exc: BaseException) -> tuple[Status, str, str | None]:
-    """(status, one-line reason, traceback or None) of a trial that raised ``exc``: ``oom`` for
-    what :func:`is_oom_error` accepts, ``failed`` for everything else (timeouts and non-finite
-    losses without a traceback: their reason says it all)."""
-    if isinstance(exc, TrialTimeout | NonFiniteError):
+    """(status, one-line reason, traceback or None) of a trial that raised ``exc``: ``diverged``
+    for a non-finite loss, ``oom`` for what :func:`is_oom_error` accepts, ``failed`` for
+    everything else (timeouts without a traceback: their reason says it all)."""
+    if isinstance(exc, NonFiniteError):
+        return Status.DIVERGED, first_line(exc), None
+    if isinstance(exc, TrialTimeout):
         return Status.FAILED, first_line(exc), None
     if is_oom_error(exc):
         return Status.OOM, f"{type(exc).__name__}: {first_line(exc)}", None

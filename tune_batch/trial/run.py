@@ -80,12 +80,15 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
         stepper = Stepper(net, opt, cycle(loader, sampler), device, deadline, mem, batch)
         step_peak = warm_up(stepper, plan.warmup, cap.bytes)
         window = timed_window(stepper, model, plan.timed, config, placement.world)
-        prof_s = profile_steps(stepper, config, trace_dir) if plan.profiled and trace_dir is not None else None
         peak, method = _peak(window, step_peak, mem)
         check_batchnorm(model)
+        # the model as exactly train_samples of training left it is evaluated before anything
+        # that exists only to measure can touch it (the window's extra steps were undone already)
         val_acc = accuracy(model, ds.val, device, batch) if validate and placement.rank == 0 else None
-    return _Trained(window, peak, method, val_acc, stepper.last_loss, stepper.short_batches, prof_s,
-                    ds.description, tuple(ds.train[0][0].shape))
+        final_loss, short = stepper.last_loss, stepper.short_batches
+        prof_s = profile_steps(stepper, config, trace_dir) if plan.profiled and trace_dir is not None else None
+    return _Trained(window, peak, method, val_acc, final_loss, short, prof_s, ds.description,
+                    tuple(ds.train[0][0].shape))
 
 
 def _combine(t: _Trained, util: float | None, world: int) -> tuple[float, float, float, float | None, int]:
@@ -141,7 +144,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
         memory_cap_bytes=cap.bytes, memory_cap=cap.note, peak_mem_method=t.peak_method,
         trace_dir=str(trace_dir) if t.profile_step_s is not None else None, profile_step_s=t.profile_step_s,
         profiler_overhead=t.profile_step_s / step_s - 1.0 if t.profile_step_s is not None else None,
-        profile=plan.profile_note, model_flops_per_sample=mfu.model_flops_per_sample,
+        model_flops_per_sample=mfu.model_flops_per_sample,
         peak_flops_per_s=mfu.peak_flops_per_s, peak_source=mfu.peak_source, mfu_flag=mfu.flag,
         bottleneck=verdict[0], suggestion=verdict[1],
     ).with_(**telemetry)

@@ -34,13 +34,13 @@ class Placement:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """How the trial's ``train_samples // batch_size`` steps are spent."""
+    """How the trial's ``train_samples // batch_size`` steps are spent (``total`` = ``warmup`` +
+    ``timed``), and the profiled steps that run after validation, outside the budget."""
 
     total: int
     warmup: int
-    profiled: int
     timed: int
-    profile_note: str | None = None
+    profiled: int
 
 
 def plan_steps(config: Config, params: Params, profiling: bool) -> StepPlan:
@@ -50,14 +50,9 @@ def plan_steps(config: Config, params: Params, profiling: bool) -> StepPlan:
         raise ValueError(f"budget.train_samples = {config.budget.train_samples} gives {total} step(s) at batch_size "
                          f"{params.batch_size}; need at least 2 (one warm-up, one timed)")
     warmup = min(config.budget.warmup_steps, total - 1)
-    profiled, note = 0, None
-    if config.profile.enabled and profiling:
-        p = config.profile
-        profiled = (p.wait + p.warmup + p.active) * p.repeat
-        if total - warmup - profiled < 1:
-            note = f"skipped: {total} steps leave no room for {profiled} profiled steps"
-            profiled = 0
-    return StepPlan(total, warmup, profiled, total - warmup - profiled, note)
+    p = config.profile
+    profiled = (p.wait + p.warmup + p.active) * p.repeat if p.enabled and profiling else 0
+    return StepPlan(total, warmup, total - warmup, profiled)
 
 
 def pick_device() -> torch.device:
