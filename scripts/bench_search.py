@@ -1,22 +1,27 @@
 """Search quality: how close each sampler gets to the full grid's Pareto front, for how much compute.
 
---measure   trains every point of the quickstart space's grid for real (every batch size x a log
-            grid of learning rates, num_gpus 1), --repeats times interleaved, and stores the median
-            record of each point with the machine in benchmarks/quickstart_grid.json. About ten
-            minutes on the 2-core machine: a script, not a test.
-(default)   replays searches against that table: a trial's result is looked up, not trained.
-            Samplers: grid (Optuna's GridSampler: the grid in random order), random, tpe, nsga2, gp,
-            and tpe seeded with the batch-size ladder and square-root lr scaling (tpe+ladder);
-            each with and without the memory feasibility model, at 10 %, 25 % and 50 % of the grid,
-            over --seeds seeds. Continuous learning rates are snapped to the nearest grid value (in
-            log space). Under the replay's memory cap a point whose measured peak exceeds it is an
-            `oom` trial costing its set-up time (duration_s - timed_s); a skipped trial costs nothing.
+--measure   trains every point of a config's grid for real (every batch size x a log grid of
+            learning rates, num_gpus 1), --repeats times interleaved, and stores the median record
+            of each point with the machine in --table. Minutes on the 2-core machine: a script,
+            not a test. Two grids are committed: benchmarks/quickstart_grid.json (the quickstart)
+            and benchmarks/synthetic_grid.json (a held-out workload, benchmarks/synthetic_grid.yaml).
+(default)   replays searches against the tables: a trial's result is looked up, not trained,
+            through tune_batch's own Objective (policy, feasibility model, Optuna seam). Samplers:
+            grid (Optuna's GridSampler: the grid in random order), random, tpe, nsga2, gp, and tpe
+            seeded with the batch-size ladder exactly as a search ships it (tpe+ladder); the
+            feasibility model on; at 10 %, 25 % and 50 % of the grid, over --seeds seeds; on every
+            table under no cap and caps putting about 20 %, 40 % and 60 % of its batch sizes out of
+            memory. Continuous learning rates are snapped to the nearest grid value (in log space).
+            A point whose measured peak exceeds the cap is an `oom` trial costing its set-up time
+            (duration_s - timed_s); a skipped trial costs nothing. The objectives scored are those
+            of configs/quickstart.yaml as shipped (--objectives).
 
 hv_frac      hypervolume of the found front / the full grid's (objectives scaled to [0, 1] by the
              full grid's feasible ranges; reference point -0.1)
 compute_frac trial-seconds spent / trial-seconds of the whole grid
+The default is judged by its worst case over grids and caps at 25 %, and against random search.
 
-Usage: python scripts/bench_search.py [--measure] [--seeds 20] [--cap 40MiB]
+Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
 
 from __future__ import annotations
@@ -91,10 +96,13 @@ def measure(args: argparse.Namespace) -> None:
 class Replay:
     """Looks trial results up in the measured grid, under an optional memory cap."""
 
-    def __init__(self, table: dict, cap_bytes: float | None) -> None:
+    def __init__(self, table: dict, cap_bytes: float | None, objectives: list[str] | None = None) -> None:
         from tune_batch.config import config_from_dict
 
-        self.config = config_from_dict(table["config"])
+        raw = dict(table["config"])
+        if objectives:  # score the objectives tune_batch ships, whatever the table was measured for
+            raw["objectives"] = [{"metric": m, "direction": "maximize"} for m in objectives]
+        self.config = config_from_dict(raw)
         self.lrs = table["lr_grid"]
         self.cap = cap_bytes
         self.by_point = {(r["params"]["batch_size"], r["params"]["lr"]): r for r in table["records"]}
@@ -144,10 +152,12 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     else:
         sampler = make_sampler(sampler_name, seed, n_trials)
     study = optuna.create_study(directions=cfg.directions, sampler=sampler)
-    if seeded:
-        from tune_batch.space import ladder
+    if seeded:  # exactly as a search seeds itself: at most a third of its budget (search.seed_ladder)
+        from tune_batch.space import seed_points
 
-        for point in ladder(cfg.space)[:n_trials]:
+        shipped = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"trials": n_trials}),
+                                         "search": cfg.search.model_copy(update={"seed_ladder": True})})
+        for point in seed_points(shipped, [1]):
             study.enqueue_trial(point)
     spent = [0.0]
 
@@ -164,82 +174,113 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
 _STATE: dict = {}
 
 
-def _init_worker(table_path: str, cap: str, bounds: list) -> None:
+def _init_worker(tables: list[str], objectives: list[str]) -> None:
     import warnings
 
     import optuna
-
-    from tune_batch.config import parse_memory
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore")
     import torch
 
     torch.set_num_threads(1)  # one replay per core: the GP sampler's torch must not oversubscribe
-    _STATE["rp"] = Replay(json.loads(Path(table_path).read_text()), parse_memory(cap)[1] if cap else None)
-    _STATE["bounds"] = bounds
+    _STATE["tables"] = [json.loads(Path(t).read_text()) for t in tables]
+    _STATE["objectives"] = objectives
+    _STATE["replays"] = {}
 
 
 def _one(task: tuple) -> tuple[float, float]:
-    name, feas, _frac, n, seed = task
-    return replay_search(_STATE["rp"], name, n, seed, feas, _STATE["bounds"])
+    grid, cap, bounds, name, _frac, n, seed = task
+    key = (grid, cap)
+    if key not in _STATE["replays"]:
+        _STATE["replays"][key] = Replay(_STATE["tables"][grid], cap, _STATE["objectives"])
+    return replay_search(_STATE["replays"][key], name, n, seed, True, bounds)
 
 
-def replay(args: argparse.Namespace) -> None:
-    import optuna
+def caps_of(table: dict) -> list[tuple[str, float | None]]:
+    """No cap, and caps that put about 20 %, 40 % and 60 % of the grid's batch sizes out of
+    memory: half-way between the measured peaks of neighbouring batch sizes."""
+    peaks: dict[int, float] = {}
+    for r in table["records"]:
+        if r["status"] == "ok":
+            b = r["params"]["batch_size"]
+            peaks[b] = max(peaks.get(b, 0.0), r["metrics"]["peak_mem_bytes"])
+    ordered = [peaks[b] for b in sorted(peaks)]
+    out: list[tuple[str, float | None]] = [("none", None)]
+    for share in (0.2, 0.4, 0.6):
+        over = round(share * len(ordered))
+        if 0 < over < len(ordered):
+            cap = (ordered[-over - 1] + ordered[-over]) / 2
+            out.append((f"{share:.0%} over ({cap / 2**20:.1f} MiB)", cap))
+    return out
 
-    from tune_batch.config import parse_memory
+
+def _grid_setup(table: dict, cap: float | None, objectives: list[str]) -> tuple[Replay, list, float, float]:
     from tune_batch.pareto import front_hypervolume
 
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    table = json.loads(TABLE.read_text())
-    cap = parse_memory(args.cap)[1] if args.cap else None
-    rp = Replay(table, cap)
+    rp = Replay(table, cap, objectives)
     cfg = rp.config
     full = rp.full()
     ok = [r for r in full if r.feasible]
-    if not ok:
-        raise SystemExit(f"no grid point fits under --cap {args.cap}: raise it")
     bounds = [(min(r.metrics.value(m) for r in ok), max(r.metrics.value(m) for r in ok)) for m in cfg.metric_names]
-    hv_full = front_hypervolume(full, cfg.metric_names, cfg.directions, bounds)
-    full_cost = rp.full_cost()
-    n_grid = len(rp.by_point)
-    over = sum(1 for r in full if r.status == "oom")
-    print(f"table: {n_grid} points measured on {table['machine']['device']} ({table['machine']['host']}, "
-          f"{table['measured_at']}); cap {args.cap}: {over} points ({over / n_grid:.0%}) over it; "
-          f"full-grid hypervolume {hv_full:.4f}, compute {full_cost:.0f} trial-s")
-    print(f"{'sampler':10s} {'model':5s} {'budget':>6s} {'trials':>6s} {'hv_frac median':>14s} {'[q25, q75]':>16s} "
-          f"{'compute_frac':>12s}")
-    results: dict[tuple[str, bool, float], tuple[float, float]] = {}
+    return rp, bounds, front_hypervolume(full, cfg.metric_names, cfg.directions, bounds), rp.full_cost()
+
+
+def replay(args: argparse.Namespace) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    tables = [json.loads(Path(t).read_text()) for t in args.tables]
+    objectives = args.objectives.split(",")
+    cases, tasks = [], []
+    fracs = (0.10, 0.25, 0.50)
+    for g, table in enumerate(tables):
+        for cap_name, cap in caps_of(table):
+            rp, bounds, hv_full, full_cost = _grid_setup(table, cap, objectives)
+            n_grid = len(rp.by_point)
+            cases.append((g, cap_name, hv_full, full_cost, n_grid))
+            tasks += [(g, cap, bounds, name, frac, max(2, round(frac * n_grid)), seed)
+                      for frac in fracs for name in args.samplers for seed in range(args.seeds)]
     t0 = time.time()
-    tasks = [(name, feas, frac, max(2, round(frac * n_grid)), seed)
-             for frac in (0.10, 0.25, 0.50) for name in args.samplers for feas in (True, False) for seed in range(args.seeds)]
-    # independent replays: spread over the cores (the GP sampler's fits dominate the time)
-    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(str(TABLE), args.cap, bounds)) as pool:
+    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.tables, objectives)) as pool:
         outs = list(pool.map(_one, tasks, chunksize=4))
-    by_key: dict[tuple[str, bool, float], list[tuple[float, float]]] = {}
-    for (name, feas, frac, _n, _seed), (hv, cost) in zip(tasks, outs):
-        by_key.setdefault((name, feas, frac), []).append((hv / hv_full, cost / full_cost))
-    for frac in (0.10, 0.25, 0.50):
-        n = max(2, round(frac * n_grid))
+    per_case = len(fracs) * len(args.samplers) * args.seeds
+    med: dict[tuple[int, str, str, float], tuple[float, float]] = {}
+    for c, (g, cap_name, hv_full, full_cost, n_grid) in enumerate(cases):
+        rows: dict[tuple[str, float], list[tuple[float, float]]] = {}
+        for task, (hv, cost) in zip(tasks[c * per_case:(c + 1) * per_case], outs[c * per_case:(c + 1) * per_case]):
+            rows.setdefault((task[3], task[4]), []).append((hv / hv_full, cost / full_cost))
+        table = tables[g]
+        print(f"\ngrid {Path(args.tables[g]).name} ({n_grid} points, {table['config']['name']}, measured on "
+              f"{table['machine']['device']}), cap {cap_name}: full-grid hypervolume {hv_full:.4f}")
+        print(f"{'sampler':11s} " + " ".join(f"{f'{f:.0%} hv_frac [q25,q75]':>26s}" for f in fracs) + f" {'compute_25':>10s}")
         for name in args.samplers:
-            for feas in (True, False):
-                hvs = [h for h, _ in by_key[(name, feas, frac)]]
-                costs = [c for _, c in by_key[(name, feas, frac)]]
+            cells = []
+            for f in fracs:
+                hvs = [h for h, _ in rows[(name, f)]]
                 q = statistics.quantiles(hvs, n=4) if len(hvs) > 1 else [hvs[0]] * 3
-                med, cmed = statistics.median(hvs), statistics.median(costs)
-                results[(name, feas, frac)] = (med, cmed)
-                print(f"{name:10s} {'on' if feas else 'off':5s} {frac:6.0%} {n:6d} {med:14.3f} "
-                      f"{f'[{q[0]:.3f}, {q[2]:.3f}]':>16s} {cmed:12.3f}", flush=True)
+                med[(g, cap_name, name, f)] = (statistics.median(hvs), statistics.median(c for _, c in rows[(name, f)]))
+                cells.append(f"{statistics.median(hvs):.3f} [{q[0]:.3f},{q[2]:.3f}]")
+            print(f"{name:11s} " + " ".join(f"{c:>26s}" for c in cells) + f" {med[(g, cap_name, name, 0.25)][1]:10.3f}")
+    _summary(args, cases, med)
+    print(f"replay took {time.time() - t0:.0f} s")
+
+
+def _summary(args: argparse.Namespace, cases: list, med: dict) -> None:
     default = args.default_sampler
-    hv25, c25 = results[(default, True, 0.25)]
-    rnd25, _ = results[("random", True, 0.25)]
-    print(f"replay took {time.time() - t0:.0f} s; tune_batch's default ({default}, feasibility model on) at 25 % of the grid: "
-          f"{hv25:.1%} of the full grid's hypervolume for {c25:.1%} of its compute (random: {rnd25:.1%})")
-    print(f"RESULT hv_frac_25={hv25:.4f} random_hv_frac_25={rnd25:.4f} compute_frac={c25:.4f}")
+    keys = [(g, cap) for g, cap, *_ in cases]
+    print(f"\nat 25 % of the grid, median over {args.seeds} seeds, per grid and cap (worst case decides the default):")
+    for name in args.samplers:
+        vals = [med[(g, cap, name, 0.25)][0] for g, cap in keys]
+        print(f"  {name:11s} median {statistics.median(vals):.3f}  worst {min(vals):.3f}  "
+              f"({', '.join(f'{v:.2f}' for v in vals)})")
+    d = [med[(g, cap, default, 0.25)] for g, cap in keys]
+    r = [med[(g, cap, "random", 0.25)][0] for g, cap in keys]
+    losses = [f"grid {g} cap {cap}" for (g, cap), (hv, _), rv in zip(keys, d, r) if hv <= rv]
+    print(f"default ({default}): beats random in {len(keys) - len(losses)} of {len(keys)} cases"
+          + (f"; loses or ties in: {', '.join(losses)}" if losses else ""))
+    print(f"RESULT hv_frac_25={statistics.median(h for h, _ in d):.4f} hv_frac_25_worst={min(h for h, _ in d):.4f} "
+          f"random_hv_frac_25_worst={min(r):.4f} compute_frac={statistics.median(c for _, c in d):.4f}")
 
 
 def main() -> None:
@@ -250,18 +291,23 @@ def main() -> None:
     ap.add_argument("--lrs", type=int, default=6, help="learning rates in the log grid (--measure)")
     ap.add_argument("--repeats", type=int, default=3, help="measurements of each grid point (--measure); median kept")
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--cap", default="40MiB", help="memory cap of the replay ('' for none)")
+    ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / "quickstart_grid.json"),
+                                                     str(REPO / "benchmarks" / "synthetic_grid.json")],
+                    help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
+    ap.add_argument("--objectives", default="samples_per_s,val_acc",
+                    help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")
     ap.add_argument("--samplers", nargs="+", default=["grid", "random", "tpe", "nsga2", "gp", "tpe+ladder"])
+    ap.add_argument("--table", default=None, help="with --measure: where the measured table goes")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replay processes")
     ap.add_argument("--default-sampler", default="tpe+ladder", help="the configuration tune_batch uses by default")
-    ap.add_argument("--table", default=None, help="the measured table (default benchmarks/quickstart_grid.json)")
     args = ap.parse_args()
     TABLE = Path(args.table) if args.table else TABLE
     if args.measure:
         measure(args)
     else:
-        if not TABLE.exists():
-            raise SystemExit(f"{TABLE} is missing: run python scripts/bench_search.py --measure first")
+        missing = [t for t in args.tables if not Path(t).exists()]
+        if missing:
+            raise SystemExit(f"{missing} missing: run python scripts/bench_search.py --measure --config ... --table ... first")
         replay(args)
 
 

@@ -26,6 +26,8 @@ def tiny_config(**sections: dict) -> Config:
         # a fixed MFU peak: measuring it costs seconds in every fresh trial process; the
         # measured path has its own tests (test_measure) and runs in the quickstart test
         "resources": {"peak_flops": 100e9},
+        # no repeats of front candidates unless a test asks (test_noise does)
+        "repeats": {"seeds": 0},
     }
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value

@@ -130,3 +130,19 @@ def test_seed_config_offline_with_overrides(tmp_path: Path) -> None:
     # num_gpus [1] keeps this test short: a ResNet-18 worker group costs a minute here; the
     # filtering of [1, 2, 4, 8] to the machine is tested in test_distributed
     assert len(recs) == 2 and all(r["status"] == "ok" for r in recs), recs
+
+
+def test_ray_search_repeats_front_candidates_with_other_seeds(tmp_path: Path) -> None:
+    cfg = tiny_config(space={"batch_size": [16, 64]}, budget={"trials": 2, "train_samples": 256},
+                      objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}],
+                      repeats={"candidates": 1, "seeds": 2})
+    res = search(cfg, tmp_path / "run", quiet=True)
+    recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
+    repeats = [r for r in recs if r["info"].get("repeat_of") is not None]
+    assert len(recs) == 4 and len(repeats) == 2
+    assert {r["info"]["seed"] for r in repeats} == {1, 2}
+    assert all(r["info"]["repeat_of"] == res.recommended.trial_id or r["status"] != "ok" for r in repeats)
+    pareto = json.loads((tmp_path / "run" / "pareto.json").read_text())
+    assert pareto["noise"]["val_acc"]["half_width"] is not None
+    rec = next(t for t in pareto["trials"] if t["trial_id"] == pareto["recommended_trial_id"])
+    assert len(rec["runs"]) == 3 and rec["metrics"]["val_acc_ci"] is not None

@@ -236,6 +236,15 @@ class SearchConfig(_Section):
     from scripts/bench_search.py)."""
 
 
+class RepeatsConfig(_Section):
+    candidates: int = Field(3, ge=0)
+    """Front candidates re-measured with other seeds before the recommendation is made: the
+    recommended point, the best in each objective, then the nearest to it (0: none)."""
+    seeds: int = Field(2, ge=0)
+    """Extra seeds (data order and initialisation) per candidate (0: none). Their spread is the
+    search's measured noise of accuracy, utilization and samples/s."""
+
+
 class ProfileConfig(_Section):
     enabled: bool = False
     wait: int = Field(1, ge=0)
@@ -257,6 +266,7 @@ class Config(_Section):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    repeats: RepeatsConfig = Field(default_factory=RepeatsConfig)
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
 
     @field_validator("name")

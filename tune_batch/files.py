@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tune_batch.config import dump_config
 from tune_batch.pareto import REFERENCE
+from tune_batch.records import TrialResult
 from tune_batch.report import METRIC_COLUMNS, PARAM_COLUMNS, Report, row
 from tune_batch.report_html import render_html
 
@@ -43,15 +44,30 @@ def pareto_payload(report: Report) -> dict[str, object]:
         "hypervolume_reference": f"each objective scaled to [0, 1] over the feasible trials (1 = best); "
                                  f"reference point {REFERENCE} in every objective",
         "tradeoffs_vs_recommended": {str(k): v for k, v in report.tradeoffs.items()},
-        "trials": [r.to_record() for r in report.front],
+        "noise": {m: level.to_dict() for m, level in report.noise.items()},
+        "notes": report.notes,
+        "trials": [_front_entry(report, r) for r in report.front],
     }
+
+
+def _front_entry(report: Report, r: TrialResult) -> dict[str, object]:
+    """A front trial's record, its metrics replaced by the means over the config's runs with
+    ``<metric>_ci`` (95 % half-width, null where the noise is unknown) beside each objective."""
+    rec = r.to_record()
+    point = report.points.get(r.trial_id)
+    metrics = dict(rec["metrics"])
+    for m in report.config.metric_names:
+        metrics[m], metrics[f"{m}_ci"] = report.stat(r, m)
+    rec["metrics"] = metrics
+    rec["runs"] = [x.trial_id for x in point.runs] if point is not None else [r.trial_id]
+    return rec
 
 
 def write_files(report: Report, run_dir: str | Path) -> list[Path]:
     """Write results.csv, pareto.json, best.yaml and report.html into ``run_dir``; returns the
     paths written (best.yaml is removed when nothing is recommended)."""
     run_dir = Path(run_dir)
-    rows = [row(r) for r in report.records]
+    rows = [row(r, report) for r in report.records + report.repeats]
     csv_path = run_dir / "results.csv"
     fields = list(rows[0]) if rows else ["trial_id", "status", "reason", *PARAM_COLUMNS, *METRIC_COLUMNS]
     with csv_path.open("w", newline="", encoding="utf-8") as f:

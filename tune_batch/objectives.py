@@ -31,6 +31,15 @@ def to_minimize(values: Sequence[float], directions: Sequence[str]) -> list[floa
     return [-float(v) if is_maximize(d) else float(v) for v, d in zip(values, directions)]
 
 
+def utilization_warning(config: Config, gpus: int) -> str | None:
+    """Why ``device_util`` as an objective means nothing on a machine without GPUs, or None."""
+    if gpus or "device_util" not in config.metric_names:
+        return None
+    return ("objectives: device_util on a CPU measures the machine, not the config (every config keeps the cores "
+            "busy: 0.93-0.999 on the quickstart grid, and it drops when other processes run); it is kept in every "
+            "record as a diagnostic; remove it from objectives here")
+
+
 def sentinel(direction: str) -> float:
     """The worst finite value of an objective: what an infeasible trial reports."""
     return SENTINEL_MAXIMIZE if is_maximize(direction) else SENTINEL_MINIMIZE

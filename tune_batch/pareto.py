@@ -11,10 +11,12 @@ import math
 from collections.abc import Sequence
 
 from tune_batch.errors import UserError
+from tune_batch.noise import beyond
 from tune_batch.objectives import is_feasible, to_minimize
 from tune_batch.records import TrialResult
 
-KNEE_METHOD = "knee: closest to the ideal point after scaling each objective to [0, 1] over the front"
+KNEE_METHOD = ("knee: closest to the ideal point after scaling each objective to [0, 1] over the feasible "
+               "trials' range")
 
 #: The hypervolume's reference point, in scaled objective space: each objective scaled to
 #: [0, 1] (0 = the worst bound, 1 = the best), the reference 10 % beyond the worst bound, so a
@@ -35,6 +37,28 @@ def non_dominated(points: Sequence[Sequence[float]], directions: Sequence[str]) 
     pts = [to_minimize(p, directions) for p in points]
     finite = [i for i, p in enumerate(pts) if all(math.isfinite(v) for v in p)]
     return [i for i in finite if not any(dominates(pts[j], pts[i]) for j in finite if j != i)]
+
+
+def noisy_non_dominated(values: Sequence[Sequence[float]], cis: Sequence[Sequence[float | None]],
+                        directions: Sequence[str]) -> list[int]:
+    """Indices of the points that no other point dominates beyond noise: j dominates i when j is
+    better than i beyond their combined half-widths in one objective and i is better than j
+    beyond them in none. Points within noise of each other in every objective both stay."""
+    pts = [[-v for v in to_minimize(p, directions)] for p in values]  # larger is better
+    finite = [i for i, p in enumerate(pts) if all(math.isfinite(v) for v in p)]
+
+    def dominated_by(i: int, j: int) -> bool:
+        pairs = list(zip(pts[i], pts[j], cis[i], cis[j]))
+        return (any(beyond(b, a, cb, ca) for a, b, ca, cb in pairs)
+                and not any(beyond(a, b, ca, cb) for a, b, ca, cb in pairs))
+
+    return [i for i in finite if not any(dominated_by(i, j) for j in finite if j != i)]
+
+
+def within_noise(a: Sequence[float], b: Sequence[float], ci_a: Sequence[float | None],
+                 ci_b: Sequence[float | None]) -> bool:
+    """Whether two points differ by no more than their noise in every objective."""
+    return not any(beyond(x, y, cx, cy) or beyond(y, x, cy, cx) for x, y, cx, cy in zip(a, b, ci_a, ci_b))
 
 
 def feasible(results: Sequence[TrialResult], metrics: Sequence[str]) -> list[TrialResult]:
@@ -99,33 +123,47 @@ def front_hypervolume(results: Sequence[TrialResult], metrics: Sequence[str], di
     return hypervolume(normalise(pts, directions, bounds)) if pts else 0.0
 
 
-def knee(points: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str]) -> TrialResult | None:
-    """The recommended point: after scaling each objective to [0, 1] over the front (1 = best),
-    the point closest (Euclidean) to the ideal point where every objective is at its best."""
-    if not points:
+def knee_index(values: Sequence[Sequence[float]], directions: Sequence[str],
+               bounds: Sequence[tuple[float, float]] | None = None) -> int | None:
+    """The point closest (Euclidean) to the ideal point after scaling each objective to [0, 1]
+    (1 = best) by ``bounds`` (default: the points' own ranges)."""
+    if not values:
         return None
-    scaled = normalise(_points(points, metrics), directions)
-    dist = [math.sqrt(sum((1.0 - u) ** 2 for u in row)) for row in scaled]
-    return points[min(range(len(points)), key=lambda i: (dist[i], i))]
+    scaled = normalise(values, directions, bounds)
+    dist = [math.sqrt(sum((1.0 - min(1.0, u)) ** 2 for u in row)) for row in scaled]
+    return min(range(len(values)), key=lambda i: (dist[i], i))
+
+
+def choose(values: Sequence[Sequence[float]], metrics: Sequence[str], directions: Sequence[str], prefer: Prefer = None,
+           bounds: Sequence[tuple[float, float]] | None = None) -> tuple[int | None, str]:
+    """The index of the recommended point among ``values`` (front points) and how it was chosen:
+    the knee by default, the best point in one metric (``prefer="samples_per_s"``), or the best
+    weighted sum of the objectives scaled to [0, 1] (``prefer={"samples_per_s": 2, "val_acc": 1}``)."""
+    kn = knee_index(values, directions, bounds)
+    if kn is None or prefer is None:
+        return kn, KNEE_METHOD
+    scaled = normalise(values, directions, bounds)
+    if isinstance(prefer, str):
+        k = list(metrics).index(prefer)
+        return max(range(len(values)), key=lambda i: (scaled[i][k], i == kn, -i)), \
+            f"prefer {prefer}: the front point best in {prefer}"
+    w = [prefer.get(m, 0.0) for m in metrics]
+    best = max(range(len(values)), key=lambda i: (sum(wi * u for wi, u in zip(w, scaled[i])), -i))
+    shown = ", ".join(f"{m}={prefer[m]:g}" for m in metrics if m in prefer)
+    return best, f"prefer weights {shown}: the best weighted sum of objectives scaled to [0, 1]"
+
+
+def knee(points: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str]) -> TrialResult | None:
+    """The knee of ``points`` (scaled over their own range)."""
+    i = knee_index(_points(points, metrics), directions)
+    return None if i is None else points[i]
 
 
 def recommend(points: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str],
               prefer: Prefer = None) -> tuple[TrialResult | None, str]:
-    """The recommended front point and how it was chosen: the knee by default, the best point
-    in one metric (``prefer="samples_per_s"``), or the best weighted sum of the objectives
-    scaled to [0, 1] over the front (``prefer={"samples_per_s": 2, "val_acc": 1}``)."""
-    if not points or prefer is None:
-        return knee(points, metrics, directions), KNEE_METHOD
-    scaled = normalise(_points(points, metrics), directions)
-    if isinstance(prefer, str):
-        k = list(metrics).index(prefer)
-        kn = knee(points, metrics, directions)
-        best = max(range(len(points)), key=lambda i: (scaled[i][k], points[i] is kn, -i))
-        return points[best], f"prefer {prefer}: the front point best in {prefer}"
-    w = [prefer.get(m, 0.0) for m in metrics]
-    best = max(range(len(points)), key=lambda i: (sum(wi * u for wi, u in zip(w, scaled[i])), -i))
-    shown = ", ".join(f"{m}={prefer[m]:g}" for m in metrics if m in prefer)
-    return points[best], f"prefer weights {shown}: the best weighted sum of objectives scaled to [0, 1] over the front"
+    """:func:`choose` on trials' own measurements."""
+    i, method = choose(_points(points, metrics), metrics, directions, prefer)
+    return (None if i is None else points[i]), method
 
 
 def parse_prefer(text: str | None, metrics: Sequence[str]) -> Prefer:

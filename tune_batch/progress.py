@@ -43,6 +43,11 @@ class Progress:
         if not self.quiet:
             print(text, file=self.stream, flush=True)
 
+    def repeating(self, n: int) -> None:
+        """``n`` repeats of front candidates (other seeds) follow the search's trials."""
+        self.total += n
+        self.say(f"re-measuring front candidates with other seeds: {n} run(s)")
+
     def started(self) -> None:
         self.running += 1
 

@@ -86,6 +86,7 @@ class Metrics(_Flat):
     """Measured figures (units in the names; see DESIGN.md for each definition)."""
 
     samples_per_s: float | None = None
+    samples_per_s_ci: float | None = None  # 95 % half-width from the scatter of the window's timed blocks
     device_util: float | None = None
     val_acc: float | None = None
     mfu: float | None = None
@@ -127,6 +128,8 @@ class TrialInfo(_Flat):
     group_start_s: float | None = None
     watchdog: bool | None = None
     train_s: float | None = None  # 0.0 for a skipped trial: no training
+    seed: int | None = None  # data order and initialisation (search.seed, or a repeat's own)
+    repeat_of: int | str | None = None  # a repeat (another seed) of this trial's config
     # step accounting
     steps: int | None = None
     warmup_steps: int | None = None
@@ -137,6 +140,10 @@ class TrialInfo(_Flat):
     window_extension_steps: int | None = None
     short_batches: int | None = None
     final_loss: float | None = None
+    # what else used the machine during the window (a disturbed window is not a property of the config)
+    others_cpu_frac: float | None = None
+    steal_frac: float | None = None
+    disturbed: bool | None = None
     # memory
     memory_cap_bytes: int | None = None
     memory_cap: str | None = None

@@ -4,13 +4,16 @@ rows). Drawing is ``report_html``; writing files is ``files``."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tune_batch.config import Config
+from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
-from tune_batch.pareto import KNEE_METHOD, Prefer, front, front_hypervolume, recommend
+from tune_batch.pareto import KNEE_METHOD, Prefer, choose, hypervolume, noisy_non_dominated, normalise, within_noise
+from tune_batch.points import NoiseLevel, Point, group_runs, noise_levels, points
 from tune_batch.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
@@ -21,7 +24,7 @@ METRIC_COLUMNS = ("samples_per_s", "device_util", "val_acc", "mfu", "model_flops
 @dataclass(frozen=True)
 class Report:
     config: Config
-    records: list[TrialResult]
+    records: list[TrialResult]  # the searched trials (one per trial id)
     front: list[TrialResult]
     recommended: TrialResult | None
     counts: dict[str, int]
@@ -29,6 +32,18 @@ class Report:
     method: str = KNEE_METHOD
     hypervolume: float = 0.0
     tradeoffs: dict[Any, list[str]] = field(default_factory=dict)
+    points: dict[Any, Point] = field(default_factory=dict)  # trial id -> its runs' statistics
+    noise: dict[str, NoiseLevel] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # within-noise pairs, the accuracy trade
+    repeats: list[TrialResult] = field(default_factory=list)  # runs of front candidates with other seeds
+
+    def stat(self, r: TrialResult, metric: str) -> tuple[float | None, float | None]:
+        """(mean over the config's runs, 95 % half-width) of a metric; the trial's own value
+        when the config has no statistics."""
+        p = self.points.get(r.trial_id)
+        if p is not None and metric in p.mean:
+            return p.mean[metric], p.ci.get(metric)
+        return r.metrics.value(metric), None
 
 
 def latest_per_trial(records: Sequence[TrialResult]) -> list[TrialResult]:
@@ -39,49 +54,114 @@ def latest_per_trial(records: Sequence[TrialResult]) -> list[TrialResult]:
     return list(by_id.values())
 
 
-def tradeoffs(point: TrialResult, rec: TrialResult, cap: float | None = None) -> list[str]:
-    """What ``point`` gains and loses against the recommended ``rec``, in the seed's terms."""
+def _pm(ci: float | None, fmt: str) -> str:
+    return f" +- {ci:{fmt}}" if ci is not None else ""
+
+
+def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float | None = None) -> list[str]:
+    """What ``point`` gains and loses against the recommended ``rec``, in the seed's terms, each
+    with its noise (+- the two points' half-widths combined)."""
     if point is rec:
         return ["recommended"]
-    a, b = point.metrics, rec.metrics
     out = []
-    if a.samples_per_s and b.samples_per_s:
-        ratio = a.samples_per_s / b.samples_per_s
-        out.append(f"{ratio:.2f}x samples/s ({'faster' if ratio >= 1 else 'slower'} per epoch)")
-    if a.val_acc is not None and b.val_acc is not None:
-        out.append(f"{a.val_acc - b.val_acc:+.3f} val_acc")
-    if a.device_util is not None and b.device_util is not None:
-        out.append(f"{a.device_util - b.device_util:+.3f} utilization")
-    if a.peak_mem_bytes is not None and b.peak_mem_bytes is not None:
-        d = (a.peak_mem_bytes - b.peak_mem_bytes) / 2**20
-        if cap:
-            out.append(f"memory headroom {(cap - a.peak_mem_bytes) / 2**20:.0f} MiB ({-d:+.0f} MiB)")
-        else:
-            out.append(f"{d:+.0f} MiB peak memory")
+    (a_s, a_sc), (b_s, b_sc) = report.stat(point, "samples_per_s"), report.stat(rec, "samples_per_s")
+    if a_s and b_s:
+        ratio = a_s / b_s
+        rel = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) * ratio if (a_sc or b_sc) else None
+        out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({'faster' if ratio >= 1 else 'slower'} per epoch)")
+    for metric, label in (("val_acc", "val_acc"), ("device_util", "utilization")):
+        (a, ac), (b, bc) = report.stat(point, metric), report.stat(rec, metric)
+        if a is not None and b is not None:
+            both = math.hypot(ac or 0, bc or 0) if (ac is not None or bc is not None) else None
+            out.append(f"{a - b:+.3f}{_pm(both, '.3f')} {label}")
+    a_m, b_m = point.metrics.peak_mem_bytes, rec.metrics.peak_mem_bytes
+    if a_m is not None and b_m is not None:
+        d = (a_m - b_m) / 2**20
+        out.append(f"memory headroom {(cap - a_m) / 2**20:.0f} MiB ({-d:+.0f} MiB)" if cap else f"{d:+.0f} MiB peak memory")
     return out
+
+
+ACCURACY_SLACK = 0.05  # a recommendation this far below the best val_acc must be faster beyond noise
+
+
+def _accuracy_guard(report_points: list[Point], front_pts: list[Point], k: int,
+                    metrics: list[str]) -> tuple[int, list[str]]:
+    """Keep the knee only if it is within ACCURACY_SLACK of the best feasible val_acc or faster
+    than the most accurate front point beyond noise; else recommend that point. Says which."""
+    if "val_acc" not in metrics or "samples_per_s" not in metrics or not front_pts:
+        return k, []
+    best_acc = max(p.mean["val_acc"] for p in report_points if "val_acc" in p.mean)
+    rec = front_pts[k]
+    if rec.mean["val_acc"] >= best_acc - ACCURACY_SLACK:
+        return k, []
+    top = max(range(len(front_pts)), key=lambda i: front_pts[i].mean["val_acc"])
+    acc_gap = front_pts[top].mean["val_acc"] - rec.mean["val_acc"]
+    ratio = rec.mean["samples_per_s"] / front_pts[top].mean["samples_per_s"]
+    if beyond(rec.mean["samples_per_s"], front_pts[top].mean["samples_per_s"], rec.ci.get("samples_per_s"),
+              front_pts[top].ci.get("samples_per_s")):
+        return k, [f"trade: the recommendation gives up {acc_gap:.3f} val_acc against trial "
+                   f"{front_pts[top].trial.trial_id} for {ratio:.2f}x samples/s (faster beyond noise)"]
+    return top, [f"trial {front_pts[top].trial.trial_id} recommended instead of the knee (trial {rec.trial.trial_id}): "
+                 f"the knee was {acc_gap:.3f} below the best val_acc and not faster beyond noise ({ratio:.2f}x)"]
+
+
+def _within_noise_notes(front_pts: list[Point], metrics: list[str]) -> list[str]:
+    notes = []
+    for i, a in enumerate(front_pts):
+        for b in front_pts[i + 1:]:
+            if within_noise([a.mean[m] for m in metrics], [b.mean[m] for m in metrics],
+                            [a.ci.get(m) for m in metrics], [b.ci.get(m) for m in metrics]):
+                notes.append(f"trials {a.trial.trial_id} and {b.trial.trial_id} are within noise of each other "
+                             f"in every objective")
+    return notes
 
 
 def build_report(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
                  prefer: Prefer = None) -> Report:
-    recs = latest_per_trial(records)
+    """The front of the searched configs (their runs' means; a difference inside the noise does
+    not dominate), the recommendation, the noise and what each front point trades."""
+    latest = latest_per_trial(records)
+    searched = [r for r in latest if r.info.repeat_of is None]
     metrics, directions = config.metric_names, config.directions
-    points = front(recs, metrics, directions)
+    noise = noise_levels(group_runs(latest), metrics)
+    all_pts = points(latest, metrics, noise)
+    feas = [p for p in all_pts if all(m in p.mean for m in metrics)]
+    vals = [[p.mean[m] for m in metrics] for p in feas]
+    idx = noisy_non_dominated(vals, [[p.ci.get(m) for m in metrics] for p in feas], directions)
+    front_pts = [feas[i] for i in idx]
+    bounds = [(min(col), max(col)) for col in zip(*vals)] if vals else None
+    k, method = choose([vals[i] for i in idx], metrics, directions, prefer, bounds)
+    notes: list[str] = []
+    if k is not None and prefer is None:
+        k, notes = _accuracy_guard(feas, front_pts, k, metrics)
+    notes += _within_noise_notes(front_pts, metrics)
     counts: dict[str, int] = {}
-    for r in recs:
+    for r in searched:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
-    recommended, method = recommend(points, metrics, directions, prefer)
-    hv = front_hypervolume(recs, metrics, directions)
-    cap = cap_bytes(config.resources.device_memory, None)
-    trade = {r.trial_id: tradeoffs(r, recommended, cap) for r in points} if recommended else {}
-    return Report(config, recs, points, recommended, counts, list(warnings or []), method, hv, trade)
+    hv = hypervolume(normalise([vals[i] for i in idx], directions, bounds)) if idx else 0.0
+    report = Report(config, searched, [p.trial for p in front_pts], front_pts[k].trial if k is not None else None,
+                    counts, list(warnings or []), method, hv, {}, {p.trial.trial_id: p for p in all_pts}, noise,
+                    notes, [r for r in latest if r.info.repeat_of is not None])
+    if report.recommended is not None:
+        cap = cap_bytes(config.resources.device_memory, None)
+        report.tradeoffs.update({r.trial_id: tradeoffs(report, r, report.recommended, cap) for r in report.front})
+    return report
 
 
-def row(rec: TrialResult) -> dict[str, Any]:
-    """A flat row of one record (CSV / table)."""
+def row(rec: TrialResult, report: Report | None = None) -> dict[str, Any]:
+    """A flat row of one record (CSV / table); with the report, each objective's mean over the
+    config's runs, its half-width and the number of runs beside it."""
     p, m, info = rec.params, rec.metrics, rec.info
     out: dict[str, Any] = {"trial_id": rec.trial_id, "status": rec.status.value, "reason": rec.reason or ""}
     out.update(batch_size=p.batch_size, lr=p.lr, num_gpus=p.num_gpus)
     out.update({k: m.value(k) for k in METRIC_COLUMNS})
+    out["samples_per_s_window_ci"] = m.samples_per_s_ci
+    if report is not None:
+        point = report.points.get(rec.trial_id)
+        out["runs"] = point.n if point is not None else ""
+        for k in report.config.metric_names:
+            mean, ci = report.stat(rec, k) if point is not None else (None, None)
+            out[f"{k}_mean"], out[f"{k}_ci"] = mean, ci
     out["duration_s"] = rec.duration_s
     out["world_size"] = info.world_size or ""
     out["bottleneck"] = info.bottleneck or ""
@@ -89,6 +169,7 @@ def row(rec: TrialResult) -> dict[str, Any]:
     out["sm_active"] = "" if info.sm_active is None else info.sm_active
     out["tensor_active"] = "" if info.tensor_active is None else info.tensor_active
     out["energy_j_per_sample"] = "" if m.energy_j_per_sample is None else m.energy_j_per_sample
+    out["disturbed"] = "" if info.disturbed is None else info.disturbed
     out["device"] = info.device or ""
     out["host"] = info.host or ""
     out["extra_params"] = json.dumps(p.extra) if p.extra else ""
@@ -109,21 +190,45 @@ def _fmt(v: Any, metric: str) -> str:
     return str(v)
 
 
+def _fmt_stat(report: Report, r: TrialResult, metric: str) -> str:
+    mean, ci = report.stat(r, metric)
+    return _fmt(mean, metric) + (f"+-{_fmt(ci, metric)}" if ci is not None and metric != "peak_mem_bytes" else "")
+
+
 def render_table(report: Report) -> str:
-    """The front as a text table, the recommended row marked with '*'."""
+    """The front as a text table (means over each config's runs +- 95 % half-widths, and the
+    number of runs), the recommended row marked with '*'."""
     metrics = report.config.metric_names
     shown = [*metrics, *(["peak_mem_bytes"] if "peak_mem_bytes" not in metrics else [])]
-    cols = ["", "trial", *PARAM_COLUMNS, *shown]
+    cols = ["", "trial", *PARAM_COLUMNS, *shown, "runs"]
     rows = []
     for r in sorted(report.front, key=lambda r: (r.params.num_gpus, r.params.batch_size, r.params.lr)):
         mark = "*" if r is report.recommended else ""
-        p = r.params
+        p, point = r.params, report.points.get(r.trial_id)
         rows.append([mark, str(r.trial_id), _fmt(p.batch_size, "batch_size"), _fmt(p.lr, "lr"),
-                     _fmt(p.num_gpus, "num_gpus"), *(_fmt(r.metrics.value(m), m) for m in shown)])
+                     _fmt(p.num_gpus, "num_gpus"), *(_fmt_stat(report, r, m) for m in shown),
+                     str(point.n if point else 1)])
     widths = [max(len(c), *(len(v[i]) for v in rows)) if rows else len(c) for i, c in enumerate(cols)]
     out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     out += ["  ".join(v.ljust(w) for v, w in zip(vals, widths)) for vals in rows]
     return "\n".join(out)
+
+
+def _noise_lines(report: Report) -> list[str]:
+    lines = []
+    for m in report.config.metric_names:
+        level = report.noise.get(m)
+        if level is None:
+            continue
+        size = ("unknown" if level.half_width is None else
+                f"+-{level.half_width:.1%} of the value" if level.relative else f"+-{level.half_width:.3f}")
+        lines.append(f"noise {m}: {size} per run ({level.how})")
+    if report.repeats:
+        spent = sum(r.duration_s for r in report.repeats)
+        total = spent + sum(r.duration_s for r in report.records)
+        share = f" ({spent / total:.0%} of the search's trial-seconds)" if total else ""
+        lines.append(f"repeats: {len(report.repeats)} run(s) of front candidates with other seeds, {spent:.0f} s{share}")
+    return lines
 
 
 def render_summary(report: Report) -> str:
@@ -138,8 +243,9 @@ def render_summary(report: Report) -> str:
         return "\n".join(lines)
     objs = ", ".join(f"{o.direction} {o.metric}" for o in report.config.objectives)
     how = report.method.split(":")[0]
-    lines.append(f"Pareto front ({objs}); * = recommended ({how})")
+    lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs); * = recommended ({how})")
     lines.append(render_table(report))
+    lines += _noise_lines(report)
     rec = report.recommended
     if rec is not None:
         p = rec.params
@@ -149,4 +255,5 @@ def render_summary(report: Report) -> str:
             if r is not rec:
                 lines.append(f"  vs trial {r.trial_id} (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
                              + ", ".join(report.tradeoffs.get(r.trial_id, [])))
+    lines += report.notes
     return "\n".join(lines)

@@ -23,7 +23,7 @@ TRIALS_FILE = "trials.jsonl"
 STUDY_FILE = "study.db"
 
 # keys that may change when a search is continued: they do not change what a trial measures
-RESUMABLE_KEYS = ("budget.trials", "search.address")
+RESUMABLE_KEYS = ("budget.trials", "search.address", "repeats.candidates", "repeats.seeds")
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tune_batch.config import Config
@@ -21,6 +22,8 @@ from tune_batch.policy import Policy
 from tune_batch.progress import Progress
 from tune_batch.quiet import environment_restored, quiet_libraries
 from tune_batch.records import TrialResult
+from tune_batch.repeats import RepeatJob
+from tune_batch.repeats import jobs as repeat_jobs
 from tune_batch.report import Report, build_report, latest_per_trial, render_summary
 from tune_batch.results import RunDir
 
@@ -66,6 +69,14 @@ def _one_worker_only(config: Config, progress: Progress) -> Config:
     return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
 
 
+def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
+    """The repeats the finished search still needs (from its records as they are now)."""
+    records, _ = run_dir.records()
+    # chosen from the searched trials alone, so that a resumed search picks the same candidates
+    searched = [r for r in records if r.info.repeat_of is None]
+    return repeat_jobs(config, build_report(config, searched), {r.trial_id for r in records})
+
+
 def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
                  address: str | None, storage_url: str | None, study_name: str | None, verbose: bool) -> None:
     """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend."""
@@ -74,21 +85,23 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
     storage = seam.open_storage(storage_url or run_dir.study_url)
     name = study_name or config.name
     fresh = seam.prepare(storage, name, config)
-    budget = config.budget.model_copy(update={"trials": config.budget.trials - len(done)})
+    budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - len(done))})
     run_config = config.model_copy(update={"budget": budget})
     policy = Policy(config, done)
+    plan_repeats = partial(_plan_repeats, config, run_dir)
     with quiet_libraries(verbose):
         if config.search.backend == "optuna":
             from tune_batch.backends import optuna as optuna_backend
 
             optuna_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
-                                      study_name=name, progress=progress, policy=policy, fresh=fresh)
+                                      study_name=name, progress=progress, policy=policy, fresh=fresh,
+                                      plan_repeats=plan_repeats)
         else:
             from tune_batch.backends import ray as ray_backend
 
             ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
                                    policy=policy, address=address or config.search.address, verbose=verbose,
-                                   fresh=fresh)
+                                   fresh=fresh, plan_repeats=plan_repeats)
 
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
@@ -115,14 +128,14 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
     progress.say(f"workload: {preflight(config)}")
     resumed = run_dir.prepare(config, force=force)
     previous, warnings = run_dir.records()
-    done = latest_per_trial(previous)
+    done = [r for r in latest_per_trial(previous) if r.info.repeat_of is None]
     for w in warnings:
         progress.say(f"warning: {w}")
     progress.records = list(done)  # the front and counts include trials already finished
     if resumed:
         progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, "
                      f"{max(0, config.budget.trials - len(done))} to run")
-    if config.budget.trials > len(done):
+    if config.budget.trials > len(done) or _plan_repeats(config, run_dir):
         _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
                      study_name=study_name, verbose=verbose)
     records, warnings = run_dir.records()

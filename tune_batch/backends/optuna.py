@@ -16,9 +16,11 @@ import optuna
 from tune_batch import space as space_mod
 from tune_batch import study as seam
 from tune_batch.config import Config, SpaceConfig
+from tune_batch.objectives import utilization_warning
 from tune_batch.policy import Policy
 from tune_batch.progress import Progress
 from tune_batch.records import Params, TrialResult
+from tune_batch.repeats import RepeatJob, seeded
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
 
@@ -91,14 +93,38 @@ class Objective:
         return seam.answer(self.config, result)  # None: Optuna records a FAIL
 
 
+def run_repeats(config: Config, run_dir: RunDir, jobs: list[RepeatJob], progress: Progress) -> None:
+    """Run each repeat (a searched config with another seed) in this process."""
+    from tune_batch.trial import run_trial
+
+    for job in jobs:
+        progress.started()
+        res = run_trial(seeded(config, job.seed), job.params, trial_id=job.trial_id, extra=job.params.extra or None,
+                        run_dir=run_dir.path)
+        res = res.replace(info=res.info.with_(repeat_of=job.repeat_of, seed=job.seed))
+        run_dir.append(res)
+        progress.finished(res)
+
+
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
-               policy: Policy, fresh: bool = True) -> None:
-    """Run ``config.budget.trials`` trials in this process on the stored study."""
-    sampler = make_sampler(config.search.sampler, config.search.seed, config.budget.trials)
-    study = seam.create(config, storage, study_name, sampler)
-    if fresh and not study.trials:
-        for point in space_mod.seed_points(config, [1]):
-            study.enqueue_trial(point)
-    progress.say(f"optuna: in-process, sampler {config.search.sampler}, study {study_name!r}")
-    objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy)
-    study.optimize(objective, n_trials=config.budget.trials, gc_after_trial=True)
+               policy: Policy, fresh: bool = True, plan_repeats: Callable[[], list[RepeatJob]] | None = None) -> None:
+    """Run ``config.budget.trials`` trials in this process on the stored study, then the
+    repeats ``plan_repeats`` asks for."""
+    if config.budget.trials > 0:
+        sampler = make_sampler(config.search.sampler, config.search.seed, config.budget.trials)
+        study = seam.create(config, storage, study_name, sampler)
+        if fresh and not study.trials:
+            for point in space_mod.seed_points(config, [1]):
+                study.enqueue_trial(point)
+        progress.say(f"optuna: in-process, sampler {config.search.sampler}, study {study_name!r}")
+        import torch
+
+        warning = utilization_warning(config, torch.cuda.device_count())
+        if warning:
+            progress.say(f"warning: {warning}")
+        objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy)
+        study.optimize(objective, n_trials=config.budget.trials, gc_after_trial=True)
+    jobs = plan_repeats() if plan_repeats is not None else []
+    if jobs:
+        progress.repeating(len(jobs))
+        run_repeats(config, run_dir, jobs, progress)

@@ -34,11 +34,53 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
+#: A window is disturbed when other processes used more than this share of the machine's CPU
+#: time during it, or the hypervisor took more than STEAL_LIMIT of it (a trial uses every core of
+#: its node by default, so others' work takes time from it directly).
+OTHERS_LIMIT = 0.15
+STEAL_LIMIT = 0.05
+_TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+
+
+def machine_cpu_s() -> tuple[float, float, float] | None:
+    """(busy, steal, total) CPU seconds of the whole machine since boot, from /proc/stat; None
+    where there is no /proc."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq = fields[:7]
+    steal = fields[7] if len(fields) > 7 else 0
+    busy = user + nice + system + irq + softirq
+    return busy * _TICK_S, steal * _TICK_S, (busy + idle + iowait + steal) * _TICK_S
+
+
 @dataclass(frozen=True)
 class CpuWindow:
     wall_s: float
     cpu_s: float
     threads: int
+    machine_busy_s: float | None = None  # every process's CPU time over the window (None: not read)
+    machine_steal_s: float | None = None
+    machine_total_s: float | None = None
+
+    @property
+    def others_cpu_frac(self) -> float | None:
+        """Other processes' CPU time over the window, as a share of the machine's."""
+        if self.machine_busy_s is None or not self.machine_total_s:
+            return None
+        return max(0.0, self.machine_busy_s - self.cpu_s) / self.machine_total_s
+
+    @property
+    def steal_frac(self) -> float | None:
+        if self.machine_steal_s is None or not self.machine_total_s:
+            return None
+        return self.machine_steal_s / self.machine_total_s
+
+    @property
+    def disturbed(self) -> bool:
+        return (self.others_cpu_frac or 0.0) > OTHERS_LIMIT or (self.steal_frac or 0.0) > STEAL_LIMIT
 
     @property
     def util(self) -> float:
@@ -57,14 +99,21 @@ class CpuUtilWindow:
         self._proc = psutil.Process()
         self._threads = threads
         self._t0 = self._c0 = 0.0
+        self._m0: tuple[float, float, float] | None = None
 
     def start(self) -> None:
+        self._m0 = machine_cpu_s()
         self._c0 = _cpu_seconds(self._proc)
         self._t0 = time.perf_counter()
 
     def stop(self) -> CpuWindow:
         wall = time.perf_counter() - self._t0
-        return CpuWindow(wall_s=wall, cpu_s=_cpu_seconds(self._proc) - self._c0, threads=self._threads)
+        cpu = _cpu_seconds(self._proc) - self._c0
+        m1 = machine_cpu_s()
+        if self._m0 is None or m1 is None:
+            return CpuWindow(wall_s=wall, cpu_s=cpu, threads=self._threads)
+        busy, steal, total = (b - a for a, b in zip(self._m0, m1))
+        return CpuWindow(wall, cpu, self._threads, busy, steal, total)
 
 
 def _read_hwm_bytes() -> int | None:

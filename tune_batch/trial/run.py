@@ -20,6 +20,7 @@ import torch
 
 from tune_batch.config import Config
 from tune_batch.measure.cpu import PeakRss
+from tune_batch.noise import rate_ci
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective, derive
 from tune_batch.trial.evaluate import accuracy, check_batchnorm
@@ -128,13 +129,15 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     wait_frac = min(1.0, wait_s / window_s)
     verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
-    metrics = Metrics(samples_per_s=sps, device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
+    metrics = Metrics(samples_per_s=sps, samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
                       model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, data_wait_frac=wait_frac,
                       timed_s=window_s, step_time_s=step_s,
                       energy_j_per_sample=energy / samples if energy is not None else None,
                       duration_s=time.perf_counter() - start)
     info = TrialInfo(
         host=socket.gethostname(), pid=os.getpid(), device=device_name(device, threads), data=t.data,
+        seed=config.search.seed, others_cpu_frac=t.window.cpu.others_cpu_frac, steal_frac=t.window.cpu.steal_frac,
+        disturbed=t.window.cpu.disturbed,
         world_size=world, per_worker_batch=params.batch_size // world,
         nodes=sorted(set(collective.all_gather(socket.gethostname(), world))),
         node_ids=sorted(set(collective.all_gather(placement.node, world))),

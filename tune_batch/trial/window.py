@@ -50,6 +50,25 @@ class Window:
     cpu: CpuWindow
     gpu: Any  # measure.nvml.GpuWindow, or None
     gpu_note: str | None
+    blocks: tuple[tuple[int, float], ...] = ()  # (steps, seconds) of each timed block: the scatter
+
+
+BLOCKS = 8  # timed blocks per window, synchronised at their edges (the per-block scatter is the noise)
+
+
+def _timed_blocks(stepper: Stepper, steps: int, world: int, n_blocks: int = BLOCKS) -> list[tuple[int, float]]:
+    """Run ``steps`` steps in up to ``n_blocks`` blocks; the device is synchronised (and the
+    ranks meet) at each block's end, so each block's seconds are its own."""
+    out = []
+    sizes = [steps // n_blocks + (1 if i < steps % n_blocks else 0) for i in range(min(n_blocks, steps))]
+    for n in sizes:
+        t = time.perf_counter()
+        for _ in range(n):
+            stepper.step()
+        sync(stepper.device)
+        barrier(world)
+        out.append((n, time.perf_counter() - t))
+    return out
 
 
 def extension_steps(remaining_s: float, step_s: float, room_s: float) -> int:
@@ -61,14 +80,15 @@ def extension_steps(remaining_s: float, step_s: float, room_s: float) -> int:
     return max(1, math.ceil(min(remaining_s, room_s) / max(step_s, 1e-6)))
 
 
-def _lengthen(stepper: Stepper, window_s: float, steps: int, min_window_s: float, world: int) -> tuple[int, float]:
+def _lengthen(stepper: Stepper, window_s: float, steps: int, min_window_s: float,
+              world: int) -> tuple[int, float, list[tuple[int, float]]]:
     """Time extra steps until the window is at least ``min_window_s``; returns (extra steps,
-    the whole window's seconds). In rounds, each sized by the step time the previous one
-    measured, so a slow start is topped up by the clock. Every rank of a data-parallel group
-    takes the same decisions (the slowest rank's window, the smallest count), or their steps
-    would not pair up in the all-reduce."""
+    the whole window's seconds, the extra blocks). In rounds, each sized by the step time the
+    previous one measured, so a slow start is topped up by the clock. Every rank of a
+    data-parallel group takes the same decisions (the slowest rank's window, the smallest
+    count), or their steps would not pair up in the all-reduce."""
     step_s = window_s / max(steps, 1)
-    extra = 0
+    extra, blocks = 0, []
     for _ in range(16):  # a bound only: one or two rounds reach the minimum
         n = extension_steps(min_window_s - window_s, step_s, (stepper.deadline - time.perf_counter()) / 2)
         n = int(all_reduce([float(n)], ["min"], world)[0])
@@ -77,13 +97,11 @@ def _lengthen(stepper: Stepper, window_s: float, steps: int, min_window_s: float
         sync(stepper.device)
         barrier(world)
         t = time.perf_counter()
-        for _ in range(n):
-            stepper.step()
-        sync(stepper.device)
-        barrier(world)
+        round_blocks = _timed_blocks(stepper, n, world)
         round_s = group_max(time.perf_counter() - t, world)
         window_s, step_s, extra = window_s + round_s, round_s / n, extra + n
-    return extra, window_s
+        blocks += round_blocks
+    return extra, window_s, blocks
 
 
 def _snapshot(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -127,17 +145,15 @@ def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config,
         if gpu is not None:
             gpu.mark_start()
         t0 = time.perf_counter()
-        for _ in range(steps):
-            stepper.step()
-        sync(device)
-        barrier(world)
+        blocks = _timed_blocks(stepper, steps, world)
         window_s = time.perf_counter() - t0
         cuda_peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
         if min_s > 0 and group_max(window_s, world) < min_s:
             stepper.check_loss()
             budget_loss = stepper.last_loss
             saved = _snapshot(model, stepper.opt)
-            extra, window_s = _lengthen(stepper, group_max(window_s, world), steps, min_s, world)
+            extra, window_s, more = _lengthen(stepper, group_max(window_s, world), steps, min_s, world)
+            blocks += more
         if gpu is not None:
             gpu.mark_end()
     cpu_window = cpu.stop()
@@ -148,7 +164,7 @@ def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config,
         stepper.opt.load_state_dict(saved[1])  # moves the state to each parameter's device
         stepper.last_loss = budget_loss
     return Window(window_s, steps + extra, extra, wait_s, cuda_peak, cpu_window,
-                  getattr(sampler, "window", None), gpu_note)
+                  getattr(sampler, "window", None), gpu_note, tuple(blocks))
 
 
 def profile_steps(stepper: Stepper, config: Config, trace_dir: Path) -> float:

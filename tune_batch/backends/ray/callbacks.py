@@ -39,8 +39,10 @@ def error_reason(err: BaseException | str | None) -> str:
     return f"ray: {type(err).__name__}: {first_line(err)}"
 
 
-def failed_record(trial: Any, reason: str) -> TrialResult:
+def failed_record(trial: Any, reason: str, specs: list[dict[str, Any]] | None = None) -> TrialResult:
     spec = dict(trial.config)
+    if specs is not None and "job" in spec:  # a repeat: its job's spec
+        spec = dict(specs[spec["job"]])
     params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
     return TrialResult(spec.get("trial_number"), params, Status.FAILED, reason, ray_trial_id=trial.trial_id)
 
@@ -49,9 +51,10 @@ class Records(tune.Callback):
     """Appends each finished trial's record to trials.jsonl and shows progress; adds
     ``scaling_efficiency`` = sps(n) / (n x sps(1)) at the same per-worker batch, when measured."""
 
-    def __init__(self, run_dir: RunDir, progress: Progress) -> None:
+    def __init__(self, run_dir: RunDir, progress: Progress, specs: list[dict[str, Any]] | None = None) -> None:
         self.run_dir = run_dir
         self.progress = progress
+        self.specs = specs  # the repeats' jobs, when the trials are repeats
         self._one_worker_sps: dict[int, float] = {}  # per-worker batch -> best samples/s at num_gpus 1
         for rec in progress.records:
             self._learn(rec)
@@ -83,7 +86,7 @@ class Records(tune.Callback):
         if "tb_record" in last:
             rec = TrialResult.from_record(json.loads(last["tb_record"])).replace(ray_trial_id=trial.trial_id)
         else:
-            rec = failed_record(trial, "the trial ended without reporting a result")
+            rec = failed_record(trial, "the trial ended without reporting a result", self.specs)
         self._write(rec)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
@@ -95,4 +98,4 @@ class Records(tune.Callback):
         for getter in ("get_pickled_error", "get_error"):  # the exception, else its text trace
             with contextlib.suppress(Exception):
                 err = err or getattr(trial, getter)()
-        self._write(failed_record(trial, error_reason(err)))
+        self._write(failed_record(trial, error_reason(err), self.specs))

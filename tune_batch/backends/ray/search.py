@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -13,11 +14,12 @@ from tune_batch.backends.ray.cleanup import GroupSweeper
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
 from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
 from tune_batch.backends.ray.session import node_cpus, ray_session
-from tune_batch.backends.ray.trainable import ray_trainable
+from tune_batch.backends.ray.trainable import ray_trainable, repeat_trainable
 from tune_batch.config import Config
-from tune_batch.objectives import is_maximize
+from tune_batch.objectives import is_maximize, utilization_warning
 from tune_batch.policy import Policy
 from tune_batch.progress import Progress
+from tune_batch.repeats import RepeatJob
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
 from tune_batch.space import define_by_run, seed_points
@@ -25,41 +27,75 @@ from tune_batch.space import define_by_run, seed_points
 EXPERIMENT = "tune"
 
 
-def _announce(plan: ResourcePlan, cluster: dict[str, float], progress: Progress) -> None:
-    for n in plan.notes:
-        progress.say(f"warning: {n}")
+def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], progress: Progress) -> None:
+    for n in [*plan.notes, utilization_warning(config, plan.gpus)]:
+        if n:
+            progress.say(f"warning: {n}")
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
                        for n in plan.gpu_choices if n > 1)
     progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
                  f"{plan.request(1)}; up to {plan.concurrent} at a time" + (f"; worker groups: {groups}" if groups else ""))
 
 
+def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], tune_config: tune.TuneConfig,
+               verbose: bool, kind: str, param_space: dict[str, Any] | None = None) -> None:
+    # a fresh experiment per invocation: a continued search joins the same Optuna study
+    run_config = tune.RunConfig(name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}",
+                                storage_path=str((run_dir.path / "ray").resolve()), verbose=2 if verbose else 0,
+                                callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0))
+    tune.Tuner(trainable, tune_config=tune_config, run_config=run_config, param_space=param_space).fit()
+
+
+def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any, study_name: str, progress: Progress,
+            policy: Policy, verbose: bool, fresh: bool) -> None:
+    searcher = ConstrainedOptunaSearch(
+        partial(define_by_run, space=config.space, gpu_choices=plan.gpu_choices),
+        points_to_evaluate=seed_points(config, plan.gpu_choices) if fresh else None,
+        metric=config.metric_names,
+        mode=["max" if is_maximize(d) else "min" for d in config.directions],
+        sampler=make_sampler(config.search.sampler, config.search.seed, config.budget.trials),
+        storage=storage, study_name=study_name, config=config, policy=policy,
+    )
+    trainable = tune.with_resources(
+        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()), plan=plan),
+        plan.for_trial,
+    )
+    callbacks: list[tune.Callback] = [Records(run_dir, progress)]
+    if any(n > 1 for n in plan.gpu_choices):
+        callbacks.append(GroupSweeper())
+    tune_config = tune.TuneConfig(search_alg=searcher, num_samples=config.budget.trials,
+                                  max_concurrent_trials=plan.concurrent, reuse_actors=True)
+    _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, EXPERIMENT)
+
+
+def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: list[RepeatJob], progress: Progress,
+             verbose: bool) -> None:
+    specs = [job.spec() for job in jobs]
+    trainable = tune.with_resources(
+        tune.with_parameters(repeat_trainable, specs=specs, config_dict=config.to_dict(),
+                             run_dir=str(run_dir.path.resolve()), plan=plan),
+        lambda spec: plan.for_trial(specs[spec["job"]]),
+    )
+    callbacks: list[tune.Callback] = [Records(run_dir, progress, specs)]
+    if any(job.params.num_gpus > 1 for job in jobs):
+        callbacks.append(GroupSweeper())
+    tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=plan.concurrent, reuse_actors=True)
+    _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, "repeats",
+               {"job": tune.grid_search(list(range(len(specs))))})
+
+
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress, policy: Policy,
-               address: str | None = None, verbose: bool = False, fresh: bool = True) -> None:
-    """Run (or continue) the search of ``config`` on Ray Tune; records go to ``run_dir``."""
+               address: str | None = None, verbose: bool = False, fresh: bool = True,
+               plan_repeats: Callable[[], list[RepeatJob]] | None = None) -> None:
+    """Run (or continue) the search of ``config`` on Ray Tune, then the repeats of front
+    candidates ``plan_repeats`` asks for, in the same Ray session; records go to ``run_dir``."""
     with ray_session(address, verbose=verbose) as cluster:
         plan = plan_resources(config, cluster, node_cpus())
-        _announce(plan, cluster, progress)
-        searcher = ConstrainedOptunaSearch(
-            partial(define_by_run, space=config.space, gpu_choices=plan.gpu_choices),
-            points_to_evaluate=seed_points(config, plan.gpu_choices) if fresh else None,
-            metric=config.metric_names,
-            mode=["max" if is_maximize(d) else "min" for d in config.directions],
-            sampler=make_sampler(config.search.sampler, config.search.seed, config.budget.trials),
-            storage=storage, study_name=study_name, config=config, policy=policy,
-        )
-        trainable = tune.with_resources(
-            tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()),
-                                 plan=plan),
-            plan.for_trial,
-        )
-        callbacks: list[tune.Callback] = [Records(run_dir, progress)]
-        if any(n > 1 for n in plan.gpu_choices):
-            callbacks.append(GroupSweeper())
-        # a fresh experiment per invocation: a continued search joins the same Optuna study
-        run_config = tune.RunConfig(name=f"{EXPERIMENT}-{time.strftime('%Y%m%d-%H%M%S')}",
-                                    storage_path=str((run_dir.path / "ray").resolve()), verbose=2 if verbose else 0,
-                                    callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0))
-        tune_config = tune.TuneConfig(search_alg=searcher, num_samples=config.budget.trials,
-                                      max_concurrent_trials=plan.concurrent, reuse_actors=True)
-        tune.Tuner(trainable, tune_config=tune_config, run_config=run_config).fit()
+        _announce(config, plan, cluster, progress)
+        if config.budget.trials > 0:
+            _search(config, run_dir, plan, storage=storage, study_name=study_name, progress=progress, policy=policy,
+                    verbose=verbose, fresh=fresh)
+        jobs = plan_repeats() if plan_repeats is not None else []
+        if jobs:
+            progress.repeating(len(jobs))
+            _repeats(config, run_dir, plan, jobs, progress, verbose)

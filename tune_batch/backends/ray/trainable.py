@@ -20,7 +20,7 @@ from tune_batch.trial.faults import TrialTimeout
 HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
-CONTROL_KEYS = ("trial_number", "skip_reason")
+CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of")
 
 
 def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
@@ -31,6 +31,12 @@ def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
     payload["tb_status"] = result.status.value
     payload["tb_record"] = json.dumps(result.to_record(), default=str)
     return payload
+
+
+def repeat_trainable(spec: dict[str, Any], *, specs: list[dict[str, Any]], config_dict: dict[str, Any], run_dir: str,
+                     plan: ResourcePlan) -> None:
+    """A repeat's Tune function: the job ``spec["job"]`` of ``specs``, measured as any trial."""
+    ray_trainable(specs[spec["job"]], config_dict=config_dict, run_dir=run_dir, plan=plan)
 
 
 def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str) -> tuple[TrialResult, bool]:
@@ -57,6 +63,8 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
     does not end reports its record first, then raises, so Ray discards this process and with
     it what hangs and what it owns."""
     config = config_from_dict(config_dict)
+    if spec.get("seed") is not None:  # a repeat of a searched config with another seed
+        config = config.model_copy(update={"search": config.search.model_copy(update={"seed": int(spec["seed"])})})
     trial_id, reason = spec.get("trial_number"), spec.get("skip_reason")
     params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
     hung = False
@@ -71,6 +79,8 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
         result, hung = group.result, group.group_alive
     else:
         result, hung = _one_worker(config, params, trial_id, run_dir)
+    if spec.get("repeat_of") is not None:
+        result = result.replace(info=result.info.with_(repeat_of=spec["repeat_of"], seed=config.search.seed))
     tune.report(report_payload(config, result))
     if hung:
         raise TrialTimeout(result.reason)

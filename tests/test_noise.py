@@ -1,0 +1,119 @@
+"""Noise: measured per search and used. Within-noise differences do not dominate, repeats with
+other seeds give every front figure a half-width, disturbed windows are flagged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_config
+from tune_batch.files import write_files
+from tune_batch.noise import beyond, mean_ci, rate_ci, t95
+from tune_batch.pareto import noisy_non_dominated
+from tune_batch.records import TrialResult
+from tune_batch.report import build_report, render_summary
+
+
+def _rec(tid, sps, acc, b=16, lr=0.01, repeat_of=None, seed=0, sps_ci=None) -> TrialResult:
+    return TrialResult.from_record({
+        "trial_id": tid, "params": {"batch_size": b, "lr": lr, "num_gpus": 1}, "status": "ok",
+        "metrics": {"samples_per_s": sps, "val_acc": acc, "peak_mem_bytes": 2**20 * b,
+                    **({"samples_per_s_ci": sps_ci} if sps_ci else {})},
+        "info": {"seed": seed, **({"repeat_of": repeat_of} if repeat_of is not None else {})}})
+
+
+def _cfg():
+    return tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}])
+
+
+def test_statistics() -> None:
+    assert t95(2) == pytest.approx(4.303) and t95(100) == 1.96
+    m, ci = mean_ci([1.0, 2.0, 3.0])
+    assert m == 2.0 and ci == pytest.approx(4.303 * 1.0 / 3**0.5)
+    assert mean_ci([5.0]) == (5.0, None)
+    assert rate_ci([(10, 1.0), (10, 1.0), (10, 1.0)], 100.0) == 0.0
+    assert rate_ci([(10, 1.0)], 100.0) is None
+    assert beyond(1.0, 0.5, 0.1, 0.1) and not beyond(1.0, 0.9, 0.1, 0.1)
+
+
+def test_a_difference_inside_the_noise_does_not_dominate() -> None:
+    d = ["maximize", "maximize"]
+    # b is worse than a in both, but by less than the noise: both stay
+    assert noisy_non_dominated([[100, 0.90], [98, 0.89]], [[5, 0.02], [5, 0.02]], d) == [0, 1]
+    # beyond the noise in one objective, inside it in the other: dominated
+    assert noisy_non_dominated([[100, 0.90], [80, 0.91]], [[5, 0.02], [5, 0.02]], d) == [0]
+    # without noise this is the plain Pareto front
+    assert noisy_non_dominated([[100, 0.90], [98, 0.89]], [[None, None], [None, None]], d) == [0]
+
+
+def test_repeats_give_means_half_widths_and_the_noise(tmp_path: Path) -> None:
+    cfg = _cfg()
+    recs = [_rec(0, 1000, 0.95), _rec(1, 1500, 0.60, b=64), _rec(2, 1020, 0.50),
+            _rec("0s1", 1100, 0.93, repeat_of=0, seed=1), _rec("0s2", 900, 0.97, repeat_of=0, seed=2),
+            _rec("1s1", 1400, 0.70, b=64, repeat_of=1, seed=1), _rec("1s2", 1600, 0.50, b=64, repeat_of=1, seed=2)]
+    report = build_report(cfg, recs)
+    assert len(report.records) == 3 and len(report.repeats) == 4  # repeats are not searched trials
+    p0 = report.points[0]
+    assert p0.n == 3 and p0.mean["val_acc"] == pytest.approx(0.95)
+    assert report.noise["val_acc"].half_width > 0 and "pooled over 2 config(s)" in report.noise["val_acc"].how
+    assert report.noise["samples_per_s"].relative
+    assert {r.trial_id for r in report.front} == {0, 1}  # trial 2 is beyond noise behind trial 0 in val_acc
+    write_files(report, tmp_path)
+    pareto = json.loads((tmp_path / "pareto.json").read_text())
+    assert set(pareto["noise"]) == {"samples_per_s", "val_acc"}
+    for t in pareto["trials"]:
+        for m in ("samples_per_s", "val_acc"):
+            assert t["metrics"][m] is not None and t["metrics"][f"{m}_ci"] > 0
+    front0 = next(t for t in pareto["trials"] if t["trial_id"] == 0)
+    assert front0["runs"] == [0, "0s1", "0s2"]
+    text = render_summary(report)
+    assert "+-" in text and "noise val_acc" in text and "repeats: 4 run(s)" in text
+
+
+def test_no_recommendation_far_below_the_best_accuracy_unless_faster_beyond_noise() -> None:
+    cfg = _cfg()
+    # the knee (trial 1) is 0.08 below the best accuracy and only 1.05x faster, inside the noise
+    recs = [_rec(0, 1000, 0.95, sps_ci=80), _rec(1, 1050, 0.87, b=32, sps_ci=80), _rec(2, 400, 0.96, b=256, sps_ci=30)]
+    report = build_report(cfg, recs)
+    assert report.recommended.trial_id in (0, 2)
+    assert any("recommended instead of the knee" in n for n in report.notes) or report.recommended.trial_id == 0
+    best = max(r.metrics.val_acc for r in recs)
+    assert report.recommended.metrics.val_acc >= best - 0.05
+
+
+def test_optuna_backend_repeats_front_candidates_and_resumes(tmp_path: Path) -> None:
+    from tune_batch.runner import search
+
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 3, "train_samples": 256},
+                      objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}],
+                      repeats={"candidates": 2, "seeds": 1})
+    out = tmp_path / "run"
+    res = search(cfg, out, quiet=True)
+    recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    repeats = [r for r in recs if r["info"].get("repeat_of") is not None]
+    assert len(recs) - len(repeats) == 3 and 1 <= len(repeats) <= 2
+    assert all(r["info"]["seed"] == 1 and r["trial_id"] == f"{r['info']['repeat_of']}s1" for r in repeats)
+    assert len(res.records) == 3 and res.report.noise["val_acc"].half_width is not None
+    again = search(cfg, out, quiet=True)  # nothing left to run: no trial and no repeat again
+    assert len((out / "trials.jsonl").read_text().splitlines()) == len(recs)
+    assert again.recommended.trial_id == res.recommended.trial_id
+
+
+def test_a_trial_beside_a_busy_process_is_flagged_disturbed() -> None:
+    from tune_batch.trial import run_trial
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        res = run_trial(tiny_config(budget={"train_samples": 512, "min_window_s": 1.0}),
+                        {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert res.status == "ok", res.reason
+    assert res.info.disturbed and res.info.others_cpu_frac > 0.15
+    assert res.metrics.samples_per_s_ci is not None and res.metrics.samples_per_s_ci > 0

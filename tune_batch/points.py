@@ -1,0 +1,117 @@
+"""Configs and their runs: a searched trial and its repeats with other seeds, summarised as a
+mean and a 95 % half-width per metric; and the search's noise level per objective.
+
+The noise of an objective comes, in order, from configs measured more than once (pooled over
+them: the run-to-run spread, seeds included), or for ``samples_per_s`` from the scatter of a
+trial's timed blocks (within one window; smaller than run-to-run), or it is unknown (said so).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tune_batch.noise import t95
+from tune_batch.records import Status, TrialResult
+
+RELATIVE = ("samples_per_s", "model_flops_per_s", "mfu")  # noise proportional to the value
+
+
+@dataclass(frozen=True)
+class NoiseLevel:
+    """Half-width (95 %) of one measurement of a metric: absolute, or relative to the value."""
+
+    half_width: float | None
+    relative: bool
+    how: str
+
+    def of(self, value: float, n: int) -> float | None:
+        if self.half_width is None:
+            return None
+        return self.half_width * (abs(value) if self.relative else 1.0) / math.sqrt(max(n, 1))
+
+    def to_dict(self) -> dict[str, object]:
+        key = "relative_half_width" if self.relative else "half_width"
+        return {key: self.half_width, "how": self.how}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One config: its searched trial, the runs measured of it (ok ones), and per metric the
+    mean and 95 % half-width (None where the noise is unknown)."""
+
+    trial: TrialResult
+    runs: tuple[TrialResult, ...]
+    mean: dict[str, float]
+    ci: dict[str, float | None]
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+
+def group_runs(records: Sequence[TrialResult]) -> dict[object, list[TrialResult]]:
+    """Searched trial id -> its ok runs (itself first, then its repeats)."""
+    groups: dict[object, list[TrialResult]] = {}
+    for r in records:
+        if r.info.repeat_of is None and r.status is Status.OK:
+            groups.setdefault(r.trial_id, []).insert(0, r)
+    for r in records:
+        if r.info.repeat_of is not None and r.status is Status.OK and r.info.repeat_of in groups:
+            groups[r.info.repeat_of].append(r)
+    return groups
+
+
+def _values(runs: Sequence[TrialResult], metric: str) -> list[float]:
+    return [v for r in runs if (v := r.metrics.value(metric)) is not None and math.isfinite(v)]
+
+
+def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]) -> dict[str, NoiseLevel]:
+    out = {}
+    for m in metrics:
+        rel = m in RELATIVE
+        ss, df, n_groups = 0.0, 0, 0
+        for runs in groups.values():
+            vals = _values(runs, m)
+            if len(vals) < 2:
+                continue
+            mean = statistics.fmean(vals)
+            scaled = [v / mean for v in vals] if rel and mean else vals
+            ss += statistics.variance(scaled) * (len(vals) - 1)
+            df += len(vals) - 1
+            n_groups += 1
+        if df:
+            out[m] = NoiseLevel(t95(df) * math.sqrt(ss / df), rel,
+                                f"run-to-run spread pooled over {n_groups} config(s) measured with several seeds")
+        elif m == "samples_per_s":
+            rels = [r.metrics.samples_per_s_ci / r.metrics.samples_per_s for runs in groups.values() for r in runs
+                    if r.metrics.samples_per_s_ci is not None and r.metrics.samples_per_s]
+            out[m] = NoiseLevel(statistics.median(rels) if rels else None, True,
+                                "scatter of the timed blocks inside one window (run-to-run noise is larger): "
+                                "no config was measured twice")
+        else:
+            out[m] = NoiseLevel(None, rel, "unknown: no config was measured twice (repeats.seeds = 0)")
+    return out
+
+
+def points(records: Sequence[TrialResult], metrics: Sequence[str],
+           noise: dict[str, NoiseLevel] | None = None) -> list[Point]:
+    """Every searched config with an ok run, in record order, with its statistics."""
+    groups = group_runs(records)
+    noise = noise if noise is not None else noise_levels(groups, metrics)
+    out = []
+    for runs in groups.values():
+        mean, ci = {}, {}
+        for m in {*metrics, "samples_per_s", "val_acc", "device_util", "peak_mem_bytes"}:
+            vals = _values(runs, m)
+            if not vals:
+                continue
+            mean[m] = statistics.fmean(vals)
+            level = noise.get(m)
+            ci[m] = level.of(mean[m], len(vals)) if level is not None else None
+            if ci[m] is None and m == "samples_per_s" and len(runs) == 1:
+                ci[m] = runs[0].metrics.samples_per_s_ci
+        out.append(Point(runs[0], tuple(runs), mean, ci))
+    return out
