@@ -44,18 +44,22 @@ def main() -> None:
     prof_off = cfg.model_copy(update={"profile": cfg.profile.model_copy(update={"enabled": False})})
     params = {"batch_size": args.batch_size, "lr": args.lr, "num_gpus": 1}
     step_overhead: list[float] = []
+    disturbed: list[str] = []
 
     with TemporaryDirectory() as tmp:
         def sps(name: str, c, rep: int) -> float:
             res = run_trial(c, params, trial_id=f"{name.replace(' ', '-')}-{rep}", run_dir=tmp, validate=False)
             if res.status != "ok":
                 raise SystemExit(f"{name}: trial {res.status}: {res.reason}")
+            if res.info.disturbed:
+                disturbed.append(f"{name} {rep + 1} (others {res.info.others_cpu_frac:.0%} of the CPU)")
             if res.info.profiler_overhead is not None:
                 step_overhead.append(res.info.profiler_overhead)
             ext = res.info.window_extension_steps or 0
-            print(f"{name:13s} {rep + 1}: {res.metrics.samples_per_s:9.1f} samples/s over {res.info.timed_steps} "
-                  f"timed steps{f' ({ext} lengthening)' if ext else ''}, {res.metrics.timed_s:.2f} s, "
-                  f"{res.info.device}", flush=True)
+            ci = res.metrics.samples_per_s_ci
+            print(f"{name:13s} {rep + 1}: {res.metrics.samples_per_s:9.1f} +- {ci or 0:.1f} samples/s over "
+                  f"{res.info.timed_steps} timed steps{f' ({ext} lengthening)' if ext else ''}, {res.metrics.timed_s:.2f} s, "
+                  f"others {res.info.others_cpu_frac or 0:.0%} of the CPU, {res.info.device}", flush=True)
             return res.metrics.samples_per_s
 
         def pairs(n: int, a: tuple, b: tuple) -> tuple[list[float], list[float], list[float]]:
@@ -95,8 +99,13 @@ def main() -> None:
           f"timed window with profiling on vs off: {prof:.1%} (paired: {rel_p:.1%} and {prof_p:.1%})")
     print(f"run-to-run spread of identical short trials (coefficient of variation, the larger of trial and "
           f"profiler off): {noise:.1%}; differences well inside it are noise, not an effect")
+    print(f"bias of the short trial against the 10x longer run (median of the per-pair ratios): "
+          f"{med(r_len):.4f}, next to the noise: {noise:.1%}")
+    total = 2 * (args.repeats + args.pairs)
+    print(f"disturbed windows (other processes over 15 % of the CPU, or steal over 5 %): {len(disturbed)} of {total}"
+          + (f": {', '.join(disturbed)}" if disturbed else ""))
     print(f"RESULT sps_rel_err={rel:.4f} profiler_overhead={prof:.4f} sps_rel_err_paired={rel_p:.4f} "
-          f"profiler_overhead_paired={prof_p:.4f} noise_cv={noise:.4f}")
+          f"profiler_overhead_paired={prof_p:.4f} bias={med(r_len):.4f} noise_cv={noise:.4f} disturbed={len(disturbed)}")
 
 
 if __name__ == "__main__":

@@ -299,7 +299,7 @@ def main() -> None:
     ap.add_argument("--samplers", nargs="+", default=["grid", "random", "tpe", "nsga2", "gp", "tpe+ladder"])
     ap.add_argument("--table", default=None, help="with --measure: where the measured table goes")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replay processes")
-    ap.add_argument("--default-sampler", default="tpe+ladder", help="the configuration tune_batch uses by default")
+    ap.add_argument("--default-sampler", default="gp", help="the configuration tune_batch uses by default")
     args = ap.parse_args()
     TABLE = Path(args.table) if args.table else TABLE
     if args.measure:

@@ -133,4 +133,4 @@ def test_defaults_are_the_documented_ones() -> None:
     assert cfg.metric_names == ["samples_per_s", "device_util", "val_acc"]
     assert cfg.directions == ["maximize"] * 3
     assert cfg.space.min_batch_per_gpu == 16 and cfg.resources.memory_margin == 0.1
-    assert yaml.safe_load(dump_config(cfg))["search"]["sampler"] == "tpe"
+    assert yaml.safe_load(dump_config(cfg))["search"]["sampler"] == "gp" and not cfg.search.seed_ladder

@@ -4,6 +4,8 @@ other seeds give every front figure a half-width, disturbed windows are flagged.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -106,14 +108,19 @@ def test_optuna_backend_repeats_front_candidates_and_resumes(tmp_path: Path) -> 
 def test_a_trial_beside_a_busy_process_is_flagged_disturbed() -> None:
     from tune_batch.trial import run_trial
 
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    # two busy processes that are not this process's children (the trial's own tree, DataLoader
+    # workers included, is not "other"): started by a shell that exits at once
+    busy = []
+    for _ in range(2):
+        sh = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                            capture_output=True, text=True, check=True)
+        busy.append(int(sh.stdout.strip()))
     try:
         res = run_trial(tiny_config(budget={"train_samples": 512, "min_window_s": 1.0}),
                         {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
     finally:
-        for p in busy:
-            p.kill()
-            p.wait()
+        for pid in busy:
+            os.kill(pid, signal.SIGKILL)
     assert res.status == "ok", res.reason
     assert res.info.disturbed and res.info.others_cpu_frac > 0.15
     assert res.metrics.samples_per_s_ci is not None and res.metrics.samples_per_s_ci > 0

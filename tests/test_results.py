@@ -77,3 +77,47 @@ def test_report_files_from_records(tmp_path: Path) -> None:
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 5 and rows[0].startswith("trial_id,status,reason,batch_size,lr,num_gpus")
     assert {"sm_active", "tensor_active", "energy_j_per_sample", "bottleneck"} <= set(rows[0].split(","))
+
+
+def test_one_writer_per_run_directory(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "r"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from tune_batch.results import RunDir\n"
+        "with RunDir(sys.argv[2]).lock():\n    print('held', flush=True); time.sleep(60)"),
+        str(Path(__file__).resolve().parents[1]), str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirError, match=f"in use by another tune-batch process \\(PID {holder.pid}\\)"):
+            with RunDir(run).lock():
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.monotonic() + 10
+    while True:  # the kernel released the dead holder's lock: nothing stale is left
+        try:
+            with RunDir(run).lock():
+                assert (run / ".lock").read_text() == str(os.getpid())
+            break
+        except RunDirError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_probe_refuses_a_search_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_batch.cli import main
+
+    run = RunDir(tmp_path / "r")
+    run.prepare(tiny_config())
+    run.append(_rec(0))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((tmp_path / "r" / "config.yaml").read_text())
+    before = (tmp_path / "r" / "config.yaml").read_text()
+    assert main(["probe", str(cfg), "--batch-size", "16", "--lr", "0.01", "--output", str(run.path)]) == 2
+    assert "holds a search" in capsys.readouterr().err
+    assert (tmp_path / "r" / "config.yaml").read_text() == before and len(run.records()[0]) == 1

@@ -124,10 +124,15 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     out = RunDir(args.output or f"runs/{cfg.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}")
     RunDir.check_writable(out.path)
     print(f"workload: {preflight(cfg)}")
-    out.prepare(cfg, force=True)
-    res = run_trial(cfg, {"batch_size": args.batch_size, "lr": args.lr, "num_gpus": args.num_gpus}, trial_id="probe",
-                    run_dir=out.path)
-    out.append(res)
+    with out.lock():
+        searched = [r for r in out.records()[0] if r.trial_id != "probe"]
+        if searched:
+            raise UserError(f"--output {str(out.path)!r} holds a search ({len(searched)} trial record(s)): a probe there "
+                            f"would rewrite its config.yaml and mix its records; give the probe its own --output")
+        out.prepare(cfg, force=True)
+        res = run_trial(cfg, {"batch_size": args.batch_size, "lr": args.lr, "num_gpus": args.num_gpus},
+                        trial_id="probe", run_dir=out.path)
+        out.append(res)
     print(render_probe(res))
     print(f"record: {out.trials_path}")
     return 0 if res.status == "ok" else 1

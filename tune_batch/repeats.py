@@ -31,18 +31,19 @@ def seeded(config: Config, seed: int) -> Config:
 
 
 def candidates(report: Report, n: int) -> list[TrialResult]:
-    """Up to ``n`` front trials: the recommended one, the best in each objective, disturbed
-    ones (their one window may not be the config's), then the nearest to the recommended one."""
-    rec, front = report.recommended, list(report.front)
-    if rec is None or n <= 0:
-        return []
+    """Up to ``n`` configs to measure again: the recommended one, the best feasible in each
+    objective, disturbed front points (their one window may not be the config's), then the
+    feasible configs nearest to the ideal point (each objective scaled over the feasible range):
+    a single reading cannot tell which of them is really better."""
+    rec = report.recommended
     metrics, directions = report.config.metric_names, report.config.directions
-    vals = [[report.stat(r, m)[0] or 0.0 for m in metrics] for r in front]
-    scaled = normalise(vals, directions)
-    best = [front[max(range(len(front)), key=lambda i: scaled[i][k])] for k in range(len(metrics))]
-    disturbed = [r for r in front if r.info.disturbed]
-    at = scaled[front.index(rec)]
-    near = sorted(front, key=lambda r: math.dist(scaled[front.index(r)], at))
+    ok = [p.trial for p in report.points.values() if all(m in p.mean for m in metrics)]
+    if rec is None or n <= 0 or not ok:
+        return []
+    scaled = normalise([[report.stat(r, m)[0] or 0.0 for m in metrics] for r in ok], directions)
+    best = [ok[max(range(len(ok)), key=lambda i: scaled[i][k])] for k in range(len(metrics))]
+    disturbed = [r for r in report.front if r.info.disturbed]
+    near = [ok[i] for i in sorted(range(len(ok)), key=lambda i: math.dist(scaled[i], [1.0] * len(metrics)))]
     out: list[TrialResult] = []
     for r in [rec, *best, *disturbed, *near]:
         if r not in out:

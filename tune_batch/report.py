@@ -70,6 +70,8 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
         rel = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) * ratio if (a_sc or b_sc) else None
         out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({'faster' if ratio >= 1 else 'slower'} per epoch)")
     for metric, label in (("val_acc", "val_acc"), ("device_util", "utilization")):
+        if metric == "device_util" and metric not in report.config.metric_names:
+            continue  # on a CPU a diagnostic of the machine, not a property of the config
         (a, ac), (b, bc) = report.stat(point, metric), report.stat(rec, metric)
         if a is not None and b is not None:
             both = math.hypot(ac or 0, bc or 0) if (ac is not None or bc is not None) else None
@@ -105,15 +107,18 @@ def _accuracy_guard(report_points: list[Point], front_pts: list[Point], k: int,
                  f"the knee was {acc_gap:.3f} below the best val_acc and not faster beyond noise ({ratio:.2f}x)"]
 
 
-def _within_noise_notes(front_pts: list[Point], metrics: list[str]) -> list[str]:
-    notes = []
-    for i, a in enumerate(front_pts):
-        for b in front_pts[i + 1:]:
-            if within_noise([a.mean[m] for m in metrics], [b.mean[m] for m in metrics],
-                            [a.ci.get(m) for m in metrics], [b.ci.get(m) for m in metrics]):
-                notes.append(f"trials {a.trial.trial_id} and {b.trial.trial_id} are within noise of each other "
-                             f"in every objective")
-    return notes
+def _within_noise_notes(front_pts: list[Point], k: int | None, metrics: list[str]) -> list[str]:
+    """One line naming the front points within noise of the recommended one in every objective."""
+    if k is None:
+        return []
+    rec = front_pts[k]
+    same = [str(p.trial.trial_id) for p in front_pts if p is not rec and within_noise(
+        [rec.mean[m] for m in metrics], [p.mean[m] for m in metrics], [rec.ci.get(m) for m in metrics],
+        [p.ci.get(m) for m in metrics])]
+    if not same:
+        return []
+    return [f"within noise of the recommended trial {rec.trial.trial_id} in every objective: trial(s) "
+            f"{', '.join(same)}; more seeds (repeats.seeds) or a longer budget would tell them apart"]
 
 
 def build_report(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
@@ -134,7 +139,7 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
     notes: list[str] = []
     if k is not None and prefer is None:
         k, notes = _accuracy_guard(feas, front_pts, k, metrics)
-    notes += _within_noise_notes(front_pts, metrics)
+    notes += _within_noise_notes(front_pts, k, metrics)
     counts: dict[str, int] = {}
     for r in searched:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1

@@ -6,9 +6,12 @@ flushed and fsynced as the trial ends), ``study.db`` (Optuna sqlite), and the re
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,7 @@ from tune_batch.records import TrialResult
 CONFIG_FILE = "config.yaml"
 TRIALS_FILE = "trials.jsonl"
 STUDY_FILE = "study.db"
+LOCK_FILE = ".lock"
 
 # keys that may change when a search is continued: they do not change what a trial measures
 RESUMABLE_KEYS = ("budget.trials", "search.address", "repeats.candidates", "repeats.seeds")
@@ -107,6 +111,31 @@ class RunDir:
         if not os.access(probe, os.W_OK | os.X_OK):
             raise RunDirError(f"--output {str(path)!r}: {str(probe)!r} is not writable; choose another directory")
 
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the directory for this process: one writer at a time (a search or a probe). A
+        second one is refused with RunDirError naming the holder's PID. The lock is the
+        kernel's (``flock``): it goes with the holder, so a killed search leaves none behind.
+        Creates the directory when it does not exist; a foreign non-empty one is refused first."""
+        self.check_writable(self.path)
+        if self.path.exists() and not self.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
+            raise RunDirError(f"--output {str(self.path)!r} exists and is not a tune_batch run directory "
+                              f"(no {CONFIG_FILE}); choose an empty or new directory")
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                raise RunDirError(f"--output {str(self.path)!r} is in use by another tune-batch process (PID "
+                                  f"{holder}); wait for it to end, or use another --output") from e
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
     def prepare(self, config: Config, *, force: bool = False) -> bool:
         """Create the directory and write config.yaml, or check it matches on resume.
 
@@ -129,7 +158,7 @@ class RunDir:
             if diff or old != config.to_dict():
                 self.config_path.write_text(dump_config(config), encoding="utf-8")
             return True
-        if self.path.exists() and any(self.path.iterdir()):
+        if self.path.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
             raise RunDirError(
                 f"--output {str(self.path)!r} exists and is not a tune_batch run directory (no {CONFIG_FILE}); "
                 f"choose an empty or new directory"

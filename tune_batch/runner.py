@@ -126,6 +126,14 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
         raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
     progress = Progress(config, config.budget.trials, quiet=quiet)
     progress.say(f"workload: {preflight(config)}")
+    with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
+        return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
+                              study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)
+
+
+def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, address: str | None,
+                   storage_url: str | None, study_name: str | None, force: bool, quiet: bool, verbose: bool,
+                   prefer: Prefer) -> SearchResult:
     resumed = run_dir.prepare(config, force=force)
     previous, warnings = run_dir.records()
     done = [r for r in latest_per_trial(previous) if r.info.repeat_of is None]
