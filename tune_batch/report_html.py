@@ -123,7 +123,7 @@ def render_html(report: Report) -> str:
     par = _parallel(report, data)
     if par is not None:
         parts.append(pio.to_html(par, include_plotlyjs=False, full_html=False, div_id="tb-parallel"))
-    rows_ = [row(r) for r in report.records]
+    rows_ = [row(r, report) for r in report.records]
     cols = list(rows_[0]) if rows_ else []
     table = ["<table id='tb-trials'><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
     front_ids = data["front_ids"]
@@ -148,6 +148,7 @@ tr.oom, tr.skipped, tr.failed {{ color: #888; }} tr.front {{ background: #fde0e0
 </style></head><body>
 <h1>tune_batch: {html.escape(report.config.name)}</h1>
 <p>{len(report.records)} trials ({counts}); Pareto front: {len(report.front)}; hypervolume {report.hypervolume:.3f}.<br>{rec_line}</p>
+{_noise_html(report)}
 <script type="application/json" id="tb-summary">{summary}</script>
 {''.join(parts)}
 <h2>Trials</h2>
@@ -162,3 +163,14 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def _noise_html(report: Report) -> str:
+    """The trade-offs (each +- its noise), the noise per objective and the notes, as a list."""
+    from tune_batch.report import render_summary
+
+    lines = [ln for ln in render_summary(report).splitlines()
+             if ln.startswith(("noise ", "repeats:", "  vs trial", "within noise", "trade:", "trial "))]
+    if not lines:
+        return ""
+    return "<ul id='tb-noise'>" + "".join(f"<li>{html.escape(ln.strip())}</li>" for ln in lines) + "</ul>"
