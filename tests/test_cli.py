@@ -34,11 +34,21 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     (["search", QUICK, "--set", "model.name=nosuch.mod:fn"], ["does not import"]),
     (["search", QUICK, "--set", "data.name=cifar10", "--set", "data.root=/nonexistent"], ["lacks data_batch_1"]),
     (["search", QUICK, "--set", "search.backend=optuna", "--address", "auto"], ["needs search.backend = 'ray'"]),
+    # what search's preflight rejects, validate rejects too
+    (["validate", QUICK, "--set", "model.name=resnet_nope"], ["model.name = 'resnet_nope'", "did you mean"]),
+    (["validate", QUICK, "--set", "model.kwargs.bogus=1"], ["model.name = 'small_cnn'", "building it failed",
+                                                              "bogus"]),
+    (["search", QUICK, "--set", "model.name=tests.workloads:builder_raises"], ["building it failed",
+                                                                                "could not find its weights file"]),
+    (["search", QUICK, "--set", "data.resize=100000"], ["data.resize = 100000", "less than or equal to 4096"]),
+    (["search", QUICK, "--storage", "notaurl"], ["--storage 'notaurl'", "sqlite:///"]),
+    (["probe", QUICK, "--batch-size", "16", "--lr", "nan"], ["a finite lr > 0"]),
+    (["probe", QUICK, "--batch-size", "5000", "--lr", "0.01"], ["batch size 5000 is larger than the training set"]),
 ])
 def test_user_mistakes_are_one_line_exit_2_nothing_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                            argv: list[str], words: list[str]) -> None:
     out_dir = tmp_path / "out"
-    if argv[0] == "search":
+    if argv[0] in ("search", "probe"):
         argv = [*argv, "--output", str(out_dir)]
     code, _, err = _run(capsys, *argv)
     assert code == 2
@@ -81,8 +91,10 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     assert p.returncode == 0 and "valid" in p.stdout
 
 
-def test_validate_does_not_import_torch_or_ray() -> None:
-    code = (f"import sys; from tune_batch.cli import main; main(['validate', {QUICK!r}]); "
+def test_loading_a_config_does_not_import_torch_or_ray() -> None:
+    # the library's config validation stays light; `tune-batch validate` also builds the
+    # workload (the checks search makes before writing anything), which needs torch, never Ray
+    code = (f"import sys; from tune_batch.config import load_config; load_config({QUICK!r}); "
             "print('torch' in sys.modules, 'ray' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
@@ -105,3 +117,28 @@ def test_the_bad_config_corpus_through_the_command_line(capsys: pytest.CaptureFi
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
         assert words[0] in err, (words[0], err)
         assert not out.exists()
+
+
+def test_more_mistakes_one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    bomb = tmp_path / "bomb.yaml"
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}" + f", *{chr(97 + i)}" * 8 + "]"
+                                                      for i in range(8)]
+    bomb.write_text("data:\n  kwargs:\n" + "".join(f"    {line}\n" for line in levels))
+    bad_run = tmp_path / "badrun"
+    bad_run.mkdir()
+    (bad_run / "config.yaml").write_text("model: [unclosed")
+    cases = [
+        (["validate", str(empty)], "the file is empty; start from configs/quickstart.yaml"),
+        (["search", str(empty)], "the file is empty"),
+        (["validate", str(bomb)], "aliases are expanded"),
+        (["search", QUICK, "--output", ""], "give a directory for the run"),
+        (["search", QUICK, "--output", "/proc/tune-batch-x"], "cannot be created or written"),
+        (["report", str(bad_run)], "cannot be read"),
+    ]
+    for argv, words in cases:
+        code, _, err = _run(capsys, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, (argv, err)
+        assert "Traceback" not in err
+    assert not Path("runs").exists() or not any(Path("runs").iterdir())

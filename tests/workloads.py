@@ -162,3 +162,8 @@ class _DyingLoaderData(torch.utils.data.Dataset):
 
 def dying_loader(n: int = 512):
     return _DyingLoaderData(n), _DyingLoaderData(64)
+
+
+def builder_raises(num_classes: int = 10, **kwargs: object) -> nn.Module:
+    """A user's model builder that fails while building (not in forward)."""
+    raise RuntimeError("the user's builder could not find its weights file")

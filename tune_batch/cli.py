@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import traceback
 
@@ -75,8 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
+    from tune_batch.runner import preflight
 
     cfg = load_config(args.config, args.overrides)
+    preflight(cfg)  # the checks a search makes before it writes anything: model, data, batch sizes
     print(f"{args.config}: valid ({cfg.name}: {len(cfg.space.batch_choices())} batch sizes x lr "
           f"[{cfg.space.lr.low:g}, {cfg.space.lr.high:g}] x num_gpus {cfg.space.num_gpus}; "
           f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; objectives {', '.join(cfg.metric_names)})")
@@ -116,14 +119,14 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from tune_batch.trial import run_trial
 
     cfg = load_config(args.config, args.overrides)
-    if args.batch_size < 1 or args.lr <= 0 or args.num_gpus < 1:
+    if args.batch_size < 1 or not (math.isfinite(args.lr) and args.lr > 0) or args.num_gpus < 1:
         raise UserError(f"--batch-size {args.batch_size} --lr {args.lr} --num-gpus {args.num_gpus}: "
-                        "need batch size >= 1, lr > 0, num_gpus >= 1")
+                        "need batch size >= 1, a finite lr > 0, num_gpus >= 1")
     profile = cfg.profile.model_copy(update={"enabled": True})
     cfg = cfg.model_copy(update={"profile": profile, "name": cfg.name})
-    out = RunDir(args.output or f"runs/{cfg.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = RunDir(f"runs/{cfg.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if args.output is None else args.output)
     RunDir.check_writable(out.path)
-    print(f"workload: {preflight(cfg)}")
+    print(f"workload: {preflight(cfg, batch_size=args.batch_size)}")
     with out.lock():
         searched = [r for r in out.records()[0] if r.trial_id != "probe"]
         if searched:

@@ -45,7 +45,7 @@ class DataConfig(_Section):
     """Where cifar10 / imagefolder files live (cifar10: the folder holding cifar-10-batches-py)."""
     download: bool = False
     """Download cifar10 when its files are missing (needs the network)."""
-    resize: int | None = Field(32, gt=0)
+    resize: int | None = Field(32, gt=0, le=4096)
     """Square input side in pixels; null keeps the data set's own size."""
     val_samples: int = Field(500, gt=0)
     """Held-out samples used for val_acc."""

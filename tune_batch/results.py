@@ -101,6 +101,9 @@ class RunDir:
     @staticmethod
     def check_writable(path: Path) -> None:
         """Raise RunDirError unless ``path`` can be created and written (creates nothing)."""
+        if not str(path).strip() or str(path) == ".":
+            raise RunDirError(f"--output {str(path)!r}: give a directory for the run (a new or empty one, or a run "
+                              f"directory to continue)")
         probe = path
         while not probe.exists():
             if probe.parent == probe:
@@ -121,8 +124,12 @@ class RunDir:
         if self.path.exists() and not self.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
             raise RunDirError(f"--output {str(self.path)!r} exists and is not a tune_batch run directory "
                               f"(no {CONFIG_FILE}); choose an empty or new directory")
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunDirError(f"--output {str(self.path)!r} cannot be created or written ({e.strerror}); "
+                              f"choose another directory") from e
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -168,7 +175,13 @@ class RunDir:
         return False
 
     def load_config(self) -> Config:
-        raw = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
+        """The run's resolved config; RunDirError when it cannot be read as one."""
+        try:
+            raw = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise RunDirError(f"{self.config_path} cannot be read ({type(e).__name__}); it is not a run's config") from e
+        if not isinstance(raw, dict):
+            raise RunDirError(f"{self.config_path} is not a run's config (a {type(raw).__name__})")
         return config_from_dict(raw, source=str(self.config_path))
 
     def append(self, result: TrialResult) -> None:

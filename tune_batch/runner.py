@@ -41,7 +41,7 @@ def default_output(config: Config) -> Path:
     return Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def preflight(config: Config) -> str:
+def preflight(config: Config, batch_size: int | None = None) -> str:
     """Build the data sets and the model once, so user mistakes (unknown model, missing files,
     offline weights, bad ``pkg.module:function``) fail before anything is written or run.
     Returns a one-line description of the workload."""
@@ -50,9 +50,9 @@ def preflight(config: Config) -> str:
     ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
     model = build_model(config.model)
     n_params = sum(p.numel() for p in model.parameters())
-    smallest = min(config.space.batch_choices())
+    smallest = batch_size or min(config.space.batch_choices())
     if len(ds.train) < smallest:  # type: ignore[arg-type]
-        raise ConfigError(f"space.batch_size: the smallest batch ({smallest}) is larger than the training set "
+        raise ConfigError(f"batch size {smallest} is larger than the training set "
                           f"({len(ds.train)} samples)")  # type: ignore[arg-type]
     if config.budget.train_samples < 2 * smallest:
         raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
@@ -120,12 +120,16 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
 
 def _search(config: Config, output: str | Path | None, *, address: str | None, storage_url: str | None,
             study_name: str | None, force: bool, quiet: bool, verbose: bool, prefer: Prefer) -> SearchResult:
-    run_dir = RunDir(output or default_output(config))
+    run_dir = RunDir(default_output(config) if output is None else output)
     RunDir.check_writable(run_dir.path)
     if config.search.backend == "optuna" and (address or config.search.address):
         raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
     progress = Progress(config, config.budget.trials, quiet=quiet)
     progress.say(f"workload: {preflight(config)}")
+    if storage_url:  # a bad URL is refused before anything is written
+        from tune_batch import study as seam
+
+        seam.open_storage(storage_url)
     with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
         return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
                               study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)

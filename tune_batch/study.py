@@ -61,8 +61,14 @@ def tell(study: optuna.Study, trial: optuna.Trial, config: Config, result: Trial
 
 
 def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna RDB storage (sqlite waits up to 30 s for a lock)."""
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 30}})
+    """An Optuna RDB storage (sqlite waits up to 30 s for a lock); UserError for a URL that is
+    not one."""
+    connect = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=connect)
+    except Exception as e:  # SQLAlchemy's errors for a bad URL, a missing driver, no server
+        raise UserError(f"--storage {url!r}: not a usable database URL ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:150]}); e.g. sqlite:///study.db") from e
 
 
 def prepare(storage: optuna.storages.BaseStorage, study_name: str, config: Config) -> bool:

@@ -13,6 +13,9 @@ import yaml
 
 from tune_batch.errors import ConfigError
 
+MAX_FILE_BYTES = 1_000_000
+MAX_VALUES = 100_000
+
 
 def _short(value: Any) -> str:
     text = repr(value)
@@ -86,6 +89,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if p.is_dir():
         raise ConfigError(f"config file {str(p)!r} is a directory; give a .yaml file")
     try:
+        if p.stat().st_size > MAX_FILE_BYTES:
+            raise ConfigError(f"config file {str(p)!r} is {p.stat().st_size} bytes; a config is at most "
+                              f"{MAX_FILE_BYTES // 1000} kB")
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file {str(p)!r} cannot be read: {e}") from e
@@ -94,7 +100,25 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: YAML syntax error at {_yaml_problem(e)}") from e
     if raw is None:
-        raw = {}
+        raise ConfigError(f"{p}: the file is empty; start from configs/quickstart.yaml (CPU, offline) or "
+                          f"configs/resnet18.yaml (the seed scenario)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    if _expanded_size(raw, MAX_VALUES) > MAX_VALUES:
+        raise ConfigError(f"{p}: more than {MAX_VALUES} values once YAML aliases are expanded (an alias bomb?); "
+                          f"a config is a few dozen")
     return raw
+
+
+def _expanded_size(obj: Any, limit: int) -> int:
+    """How many values ``obj`` holds with aliases (shared references) expanded, counting no
+    further than just past ``limit`` (so an alias bomb costs ``limit`` steps, not its size)."""
+    count, stack = 0, [obj]
+    while stack and count <= limit:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count

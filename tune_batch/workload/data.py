@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 from tune_batch.config import DataConfig
 from tune_batch.errors import WorkloadError
-from tune_batch.workload.resolve import resolve_callable
+from tune_batch.workload.resolve import call_builder, resolve_callable
 
 # ImageNet statistics: what torchvision's pretrained weights expect
 _MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
@@ -166,7 +166,7 @@ def build_datasets(cfg: DataConfig, *, num_classes: int, seed: int = 0, extra: d
     """Build the train / val data sets of ``cfg``. Raises WorkloadError on user mistakes."""
     if ":" in cfg.name:
         fn = resolve_callable(cfg.name, "data.name")
-        out = fn(**cfg.kwargs, **(extra or {}))
+        out = call_builder(fn, "data.name", cfg.name, **cfg.kwargs, **(extra or {}))
         if not (isinstance(out, tuple) and len(out) == 2):
             raise WorkloadError(f"data.name = {cfg.name!r} must return (train_dataset, val_dataset), got {type(out).__name__}")
         ds = Datasets(out[0], out[1], num_classes, f"{cfg.name} ({len(out[0])} train / {len(out[1])} val)")

@@ -9,7 +9,7 @@ from torch import nn
 
 from tune_batch.config import ModelConfig
 from tune_batch.errors import WorkloadError
-from tune_batch.workload.resolve import resolve_callable
+from tune_batch.workload.resolve import call_builder, resolve_callable
 
 
 def small_cnn(num_classes: int = 10, width: int = 16) -> nn.Module:
@@ -72,14 +72,14 @@ def build_model(cfg: ModelConfig, extra: dict[str, Any] | None = None) -> nn.Mod
     extra = dict(extra or {})
     if ":" in cfg.name:
         fn = resolve_callable(cfg.name, "model.name")
-        model = fn(num_classes=cfg.num_classes, **cfg.kwargs, **extra)
+        model = call_builder(fn, "model.name", cfg.name, num_classes=cfg.num_classes, **cfg.kwargs, **extra)
         if not isinstance(model, nn.Module):
             raise WorkloadError(f"model.name = {cfg.name!r} returned {type(model).__name__}, not a torch.nn.Module")
         return model
     if cfg.name in BUILTIN_MODELS:
         if cfg.pretrained:
             raise WorkloadError(f"model.pretrained = true: the built-in {cfg.name!r} has no pretrained weights")
-        return BUILTIN_MODELS[cfg.name](num_classes=cfg.num_classes, **cfg.kwargs)
+        return call_builder(BUILTIN_MODELS[cfg.name], "model.name", cfg.name, num_classes=cfg.num_classes, **cfg.kwargs)
 
     import torchvision
 
@@ -92,7 +92,8 @@ def build_model(cfg: ModelConfig, extra: dict[str, Any] | None = None) -> nn.Mod
             f"(e.g. resnet18, resnet50, mobilenet_v3_small), {', '.join(BUILTIN_MODELS)}, or pkg.module:function"
         )
     if not cfg.pretrained:
-        return torchvision.models.get_model(cfg.name, weights=None, num_classes=cfg.num_classes, **cfg.kwargs)
+        return call_builder(torchvision.models.get_model, "model.name", cfg.name, name=cfg.name, weights=None,
+                            num_classes=cfg.num_classes, **cfg.kwargs)
     weights = torchvision.models.get_model_weights(cfg.name).DEFAULT
     try:
         model = torchvision.models.get_model(cfg.name, weights=weights, **cfg.kwargs)

@@ -34,3 +34,16 @@ def resolve_callable(spec: str, field: str) -> Callable[..., Any]:
     if not callable(obj):
         raise WorkloadError(f"{field} = {spec!r}: {attr!r} is a {type(obj).__name__}, not a callable")
     return obj
+
+
+def call_builder(fn: Callable[..., Any], field: str, value: str, **kwargs: Any) -> Any:
+    """``fn(**kwargs)``; any exception it raises (a bad keyword from the config's ``kwargs``, a
+    failure inside the user's own builder) becomes one WorkloadError naming the field."""
+    try:
+        return fn(**kwargs)
+    except WorkloadError:
+        raise
+    except Exception as e:
+        raise WorkloadError(f"{field} = {value!r}: building it failed ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:200] if str(e) else ''}); check {field.split('.')[0]}.kwargs "
+                            f"and the builder") from e
