@@ -124,3 +124,30 @@ def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 'study.db'}")
     states = [t.state for t in study.get_trials()]
     assert optuna.trial.TrialState.RUNNING not in states
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int, code: int) -> None:
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 5, "train_samples": 2048})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tune_batch", "search", str(path), "--output", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jsonl = out / "trials.jsonl"
+    deadline = time.monotonic() + 120
+    while not (jsonl.exists() and len(jsonl.read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr[-2000:]
+    n = len(jsonl.read_text().splitlines())
+    assert 2 <= n < 5
+    assert f"interrupted after {n} of 5 trials" in stderr and "Traceback" not in stderr
+    assert "Pareto front" in stdout and (out / "pareto.json").exists()  # what finished is reported
+    p = subprocess.run(cmd + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert len(jsonl.read_text().splitlines()) == 5

@@ -152,3 +152,28 @@ def test_ray_search_repeats_front_candidates_with_other_seeds(tmp_path: Path) ->
         repeated = next((t for t in pareto["trials"] if t["trial_id"] == of), None)
         assert repeated is None or (len(repeated["runs"]) == 3 and repeated["metrics"]["val_acc_ci"] is not None)
     assert len(res.records) == 2
+
+
+def test_sigterm_stops_a_ray_search_cleanly(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import yaml
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(budget={"trials": 5, "train_samples": 2048}).to_dict()))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tune_batch", "search", str(path), "--output", str(out)],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    jsonl, deadline = out / "trials.jsonl", time.monotonic() + 180
+    while not (jsonl.exists() and len(jsonl.read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    n = len(jsonl.read_text().splitlines())
+    assert proc.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines() == [f"tune-batch: interrupted after {n} of 5 trials; the finished ones are kept "
+                                           f"in {out} (run the same command again to continue)"]
+    assert "Pareto front" in stdout or "no feasible trial" in stdout

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
 import traceback
 
-from tune_batch.errors import UserError
+from tune_batch.errors import SearchInterrupted, UserError
 from tune_batch.records import Status, TrialResult
 
 EXIT_USER = 2
@@ -225,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"tune-batch: error: {e}", file=sys.stderr)
         return EXIT_USER
+    except SearchInterrupted as e:
+        print(f"tune-batch: {e}", file=sys.stderr)
+        return 130 if e.signal_number != signal.SIGTERM else 143
     except KeyboardInterrupt:
         print("tune-batch: interrupted; finished trials are kept in the run directory "
               "(run the same command again to continue)", file=sys.stderr)

@@ -30,3 +30,13 @@ class RunDirError(UserError):
 
 class DeviceMonitorError(TuneBatchError):
     """A device telemetry call failed (NVML); the cause is chained."""
+
+
+class SearchInterrupted(TuneBatchError):
+    """The search stopped before its budget (Ctrl-C, SIGTERM): what finished is kept and
+    reported; the same command continues it. The command line exits 130."""
+
+    def __init__(self, finished: int, budget: int, run_dir: str, signal_number: int = 2) -> None:
+        super().__init__(f"interrupted after {finished} of {budget} trials; the finished ones are kept in {run_dir} "
+                         f"(run the same command again to continue)")
+        self.finished, self.budget, self.signal_number = finished, budget, signal_number

@@ -8,6 +8,7 @@ the study are marked FAIL and run again.
 
 from __future__ import annotations
 
+import signal
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from tune_batch.config import Config
-from tune_batch.errors import ConfigError
+from tune_batch.errors import ConfigError, SearchInterrupted
 from tune_batch.files import write_files
 from tune_batch.pareto import Prefer
 from tune_batch.policy import Policy
@@ -26,6 +27,7 @@ from tune_batch.repeats import RepeatJob
 from tune_batch.repeats import jobs as repeat_jobs
 from tune_batch.report import Report, build_report, latest_per_trial, render_summary
 from tune_batch.results import RunDir
+from tune_batch.signals import received
 
 
 @dataclass(frozen=True)
@@ -147,14 +149,25 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     if resumed:
         progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, "
                      f"{max(0, config.budget.trials - len(done))} to run")
+    stopped = False
+    received["signal"] = None
     if config.budget.trials > len(done) or _plan_repeats(config, run_dir):
-        _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
-                     study_name=study_name, verbose=verbose)
+        try:
+            _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
+                         study_name=study_name, verbose=verbose)
+        except KeyboardInterrupt:  # the in-process backend; Ray Tune stops on its own and returns
+            stopped = True
     records, warnings = run_dir.records()
     report = build_report(config, records, warnings, prefer=prefer)
     write_files(report, run_dir.path)
+    # fewer searched records than the budget: the search was stopped (every trial that ends,
+    # however it ends, is recorded), whichever backend caught the signal
+    interrupted = stopped or len(report.records) < config.budget.trials
     if not quiet:
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
               flush=True)
+    if interrupted:
+        raise SearchInterrupted(len(report.records), config.budget.trials, str(run_dir.path),
+                                received["signal"] or signal.SIGINT)
     return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

@@ -23,6 +23,7 @@ from tune_batch.records import Params, TrialResult
 from tune_batch.repeats import RepeatJob, seeded
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
+from tune_batch.signals import graceful, received
 
 
 class TrialRunner(Protocol):
@@ -98,6 +99,8 @@ def run_repeats(config: Config, run_dir: RunDir, jobs: list[RepeatJob], progress
     from tune_batch.trial import run_trial
 
     for job in jobs:
+        if received["signal"] is not None:
+            return
         progress.started()
         res = run_trial(seeded(config, job.seed), job.params, trial_id=job.trial_id, extra=job.params.extra or None,
                         run_dir=run_dir.path)
@@ -123,8 +126,17 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         if warning:
             progress.say(f"warning: {warning}")
         objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy)
-        study.optimize(objective, n_trials=config.budget.trials, gc_after_trial=True)
+
+        def stop_if_signalled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            if received["signal"] is not None:
+                study.stop()  # after the running trial, which is recorded
+
+        with graceful():
+            study.optimize(objective, n_trials=config.budget.trials, gc_after_trial=True, callbacks=[stop_if_signalled])
+    if received["signal"] is not None:
+        return
     jobs = plan_repeats() if plan_repeats is not None else []
     if jobs:
         progress.repeating(len(jobs))
-        run_repeats(config, run_dir, jobs, progress)
+        with graceful():
+            run_repeats(config, run_dir, jobs, progress)

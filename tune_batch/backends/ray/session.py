@@ -16,6 +16,7 @@ from typing import Any
 import ray
 
 from tune_batch.errors import UserError
+from tune_batch.signals import sigterm_as_sigint
 
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
 
@@ -88,7 +89,8 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
                 raise UserError(f"--address {address!r}: cannot connect to a Ray cluster there "
                                 f"({str(e).splitlines()[0]})") from e
             try:
-                yield dict(ray.cluster_resources())
+                with sigterm_as_sigint():  # ray.init set its own (sys.exit): a SIGTERM stops Tune like Ctrl-C
+                    yield dict(ray.cluster_resources())
             finally:
                 ray.shutdown()
     finally:

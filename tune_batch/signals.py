@@ -1,0 +1,56 @@
+"""Stopping a search cleanly: SIGTERM handled like Ctrl-C (SIGINT), and which one came."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+#: The signal that stopped the current search (None: none did).
+received: dict[str, int | None] = {"signal": None}
+
+
+@contextlib.contextmanager
+def sigterm_as_sigint() -> Iterator[None]:
+    """For the duration, SIGTERM is re-raised as SIGINT (Ray Tune then stops the experiment
+    after the running trials' records, the in-process backend gets KeyboardInterrupt), and the
+    signal is remembered in ``received``. The previous SIGTERM handler is put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        received["signal"] = signal.SIGTERM
+        signal.raise_signal(signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextlib.contextmanager
+def graceful() -> Iterator[None]:
+    """For the duration, the first SIGINT or SIGTERM only records itself in ``received`` (the
+    caller stops after the running trial, which is recorded); a second one raises
+    KeyboardInterrupt at once. The previous handlers are put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum: int, frame: object) -> None:
+        if received["signal"] is not None:
+            raise KeyboardInterrupt
+        received["signal"] = signum
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in before:
+        signal.signal(s, on_signal)
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
