@@ -142,3 +142,36 @@ def test_more_mistakes_one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_p
         assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, (argv, err)
         assert "Traceback" not in err
     assert not Path("runs").exists() or not any(Path("runs").iterdir())
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_an_address_nothing_answers_at_is_refused_at_once(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                          address: str) -> None:
+    import time
+
+    t0 = time.monotonic()
+    code, _, err = _run(capsys, "search", QUICK, "--address", address, "--output", str(tmp_path / "out"))
+    assert code == 2 and "nothing answers at 127.0.0.1:1" in err and len(err.strip().splitlines()) == 1
+    assert time.monotonic() - t0 < 60 and not (tmp_path / "out").exists()
+
+
+def test_a_lost_study_or_an_unappendable_record_file_is_refused(capsys: pytest.CaptureFixture[str],
+                                                                 tmp_path: Path) -> None:
+    import yaml
+
+    from tests.conftest import tiny_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"}, budget={"trials": 1, "train_samples": 128}).to_dict()))
+    out = tmp_path / "out"
+    assert _run(capsys, "search", str(cfg), "--output", str(out), "--quiet")[0] == 0
+    (out / "study.db").unlink()
+    code, _, err = _run(capsys, "search", str(cfg), "--output", str(out), "--set", "budget.trials=2")
+    assert code == 2 and "would number trials from 0 again" in err and len(err.strip().splitlines()) == 1
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 1  # nothing lost, nothing added
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.yaml").write_text((out / "config.yaml").read_text())
+    (other / "trials.jsonl").mkdir()  # cannot be appended to
+    code, _, err = _run(capsys, "search", str(cfg), "--output", str(other))
+    assert code == 2 and "cannot be appended to" in err and len(err.strip().splitlines()) == 1

@@ -199,6 +199,16 @@ class RunDir:
                 f.flush()
                 os.fsync(f.fileno())
 
+    def check_appendable(self) -> None:
+        """RunDirError unless records can be appended to trials.jsonl (an immutable or read-only
+        file would otherwise fail only after the first trial was measured)."""
+        try:
+            with self.trials_path.open("ab"):
+                pass
+        except OSError as e:
+            raise RunDirError(f"{self.trials_path} cannot be appended to ({e.strerror}); fix its permissions or use "
+                              f"another --output") from e
+
     def records(self) -> tuple[list[TrialResult], list[str]]:
         return load_records(self.trials_path)
 

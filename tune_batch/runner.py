@@ -9,6 +9,7 @@ the study are marked FAIL and run again.
 from __future__ import annotations
 
 import signal
+import socket
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from tune_batch.config import Config
-from tune_batch.errors import ConfigError, SearchInterrupted
+from tune_batch.errors import ConfigError, RunDirError, SearchInterrupted, UserError
 from tune_batch.files import write_files
 from tune_batch.pareto import Prefer
 from tune_batch.policy import Policy
@@ -62,6 +63,22 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
 
 
+def check_address(address: str | None, timeout_s: float = 5.0) -> None:
+    """Refuse, before anything is written, a Ray address nothing answers at (``host:port`` or
+    ``ray://host:port``; ``auto`` is left to Ray): Ray itself retries for minutes."""
+    if not address or address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r}: expected 'auto', 'host:port' or 'ray://host:port'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise UserError(f"--address {address!r}: nothing answers at {host}:{port} ({e.strerror or e}); start Ray "
+                        f"there (ray start --head) or check the address") from e
+
+
 def _one_worker_only(config: Config, progress: Progress) -> Config:
     """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped."""
     if all(n == 1 for n in config.space.num_gpus):
@@ -87,6 +104,10 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
     storage = seam.open_storage(storage_url or run_dir.study_url)
     name = study_name or config.name
     fresh = seam.prepare(storage, name, config)
+    if fresh and done:
+        raise RunDirError(f"the Optuna study {name!r} is empty or missing (study.db deleted?) but {run_dir.trials_path} "
+                          f"holds {len(done)} finished trial(s): a new study would number trials from 0 again and "
+                          f"hide them; put study.db back, or start a new --output")
     budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - len(done))})
     run_config = config.model_copy(update={"budget": budget})
     policy = Policy(config, done)
@@ -132,6 +153,7 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
         from tune_batch import study as seam
 
         seam.open_storage(storage_url)
+    check_address(address or config.search.address)
     with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
         return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
                               study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)
@@ -141,6 +163,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                    storage_url: str | None, study_name: str | None, force: bool, quiet: bool, verbose: bool,
                    prefer: Prefer) -> SearchResult:
     resumed = run_dir.prepare(config, force=force)
+    run_dir.check_appendable()
     previous, warnings = run_dir.records()
     done = [r for r in latest_per_trial(previous) if r.info.repeat_of is None]
     for w in warnings:
