@@ -42,6 +42,8 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
                                                                                 "could not find its weights file"]),
     (["search", QUICK, "--set", "data.resize=100000"], ["data.resize = 100000", "less than or equal to 4096"]),
     (["search", QUICK, "--storage", "notaurl"], ["--storage 'notaurl'", "sqlite:///"]),
+    (["search", QUICK, "--set", "space.num_gpus=[4096]", "--set", "space.batch_size.max=65536"],
+     ["space.num_gpus = [4096]", "include 1"]),
     (["probe", QUICK, "--batch-size", "16", "--lr", "nan"], ["a finite lr > 0"]),
     (["probe", QUICK, "--batch-size", "5000", "--lr", "0.01"], ["batch size 5000 is larger than the training set"]),
 ])

@@ -8,6 +8,7 @@ the study are marked FAIL and run again.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import time
@@ -77,6 +78,19 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
     except OSError as e:
         raise UserError(f"--address {address!r}: nothing answers at {host}:{port} ({e.strerror or e}); start Ray "
                         f"there (ray start --head) or check the address") from e
+
+
+def _check_local_gpu_choices(config: Config) -> None:
+    """A local search whose every ``num_gpus`` choice this machine can never give (GPUs, or CPU
+    worker processes without GPUs) is refused before anything is written."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    capacity = gpus or (os.cpu_count() or 1)
+    if not any(n == 1 or n <= capacity for n in config.space.num_gpus):
+        what = f"{gpus} GPU(s)" if gpus else f"{capacity} CPU(s) for CPU worker processes"
+        raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: this machine has {what}; "
+                          f"include 1 (or a count it has), or search on a cluster with --address")
 
 
 def _one_worker_only(config: Config, progress: Progress) -> Config:
@@ -154,6 +168,8 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
 
         seam.open_storage(storage_url)
     check_address(address or config.search.address)
+    if not (address or config.search.address) and config.search.backend == "ray":
+        _check_local_gpu_choices(config)
     with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
         return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
                               study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)
