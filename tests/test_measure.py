@@ -43,7 +43,10 @@ def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
         (x @ w).sum().backward()
     bench_rate = n * 2 * (2 * 256 * 768 * 4096) / (time.perf_counter() - t0)
     expected = bench_rate / peak
-    assert res.metrics.mfu == pytest.approx(expected, rel=0.35)
+    # the same order as the bare matmuls, within a factor of 2: the host's speed drifts by
+    # +-20 % between two measurements seconds apart (a 35 % bound failed once in a full suite),
+    # while a wrong FLOP count or unit would be off by 3x (forward only) to 256x (per batch)
+    assert 0.5 * expected <= res.metrics.mfu <= 2.0 * expected
     assert res.metrics.model_flops_per_s == pytest.approx(res.metrics.mfu * peak)
 
 
