@@ -96,11 +96,10 @@ def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]
     return out
 
 
-def points(records: Sequence[TrialResult], metrics: Sequence[str],
-           noise: dict[str, NoiseLevel] | None = None) -> list[Point]:
-    """Every searched config with an ok run, in record order, with its statistics."""
-    groups = group_runs(records)
-    noise = noise if noise is not None else noise_levels(groups, metrics)
+def points(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
+           noise: dict[str, NoiseLevel]) -> list[Point]:
+    """Every searched config with an ok run (``group_runs``), in record order, with its
+    statistics under ``noise``."""
     out = []
     for runs in groups.values():
         mean, ci = {}, {}

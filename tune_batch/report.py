@@ -128,8 +128,9 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
     latest = latest_per_trial(records)
     searched = [r for r in latest if r.info.repeat_of is None]
     metrics, directions = config.metric_names, config.directions
-    noise = noise_levels(group_runs(latest), metrics)
-    all_pts = points(latest, metrics, noise)
+    groups = group_runs(latest)
+    noise = noise_levels(groups, metrics)
+    all_pts = points(groups, metrics, noise)
     feas = [p for p in all_pts if all(m in p.mean for m in metrics)]
     vals = [[p.mean[m] for m in metrics] for p in feas]
     idx = noisy_non_dominated(vals, [[p.ci.get(m) for m in metrics] for p in feas], directions)
@@ -219,7 +220,7 @@ def render_table(report: Report) -> str:
     return "\n".join(out)
 
 
-def _noise_lines(report: Report) -> list[str]:
+def noise_lines(report: Report) -> list[str]:
     lines = []
     for m in report.config.metric_names:
         level = report.noise.get(m)
@@ -250,15 +251,19 @@ def render_summary(report: Report) -> str:
     how = report.method.split(":")[0]
     lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs); * = recommended ({how})")
     lines.append(render_table(report))
-    lines += _noise_lines(report)
+    lines += noise_lines(report)
     rec = report.recommended
     if rec is not None:
         p = rec.params
         lines.append(f"recommended: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus} "
                      f"(trial {rec.trial_id}; {how})")
-        for r in report.front:
-            if r is not rec:
-                lines.append(f"  vs trial {r.trial_id} (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
-                             + ", ".join(report.tradeoffs.get(r.trial_id, [])))
+        lines += [f"  {line}" for line in tradeoff_lines(report)]
     lines += report.notes
     return "\n".join(lines)
+
+
+def tradeoff_lines(report: Report) -> list[str]:
+    """What each front point gains and loses against the recommended one (each +- its noise)."""
+    rec = report.recommended
+    return [f"vs trial {r.trial_id} (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
+            + ", ".join(report.tradeoffs.get(r.trial_id, [])) for r in report.front if rec is not None and r is not rec]

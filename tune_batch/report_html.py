@@ -15,7 +15,7 @@ from typing import Any
 
 from tune_batch.objectives import is_feasible
 from tune_batch.records import Status, TrialResult
-from tune_batch.report import Report, row
+from tune_batch.report import Report, noise_lines, row, tradeoff_lines
 
 STATUS_COLOURS = {Status.OK: "#1f77b4", Status.OOM: "#9e9e9e", Status.SKIPPED: "#c7c7c7",
                   Status.DIVERGED: "#bcbd22", Status.FAILED: "#7f7f7f"}
@@ -167,10 +167,7 @@ def _cell(v: Any) -> str:
 
 def _noise_html(report: Report) -> str:
     """The trade-offs (each +- its noise), the noise per objective and the notes, as a list."""
-    from tune_batch.report import render_summary
-
-    lines = [ln for ln in render_summary(report).splitlines()
-             if ln.startswith(("noise ", "repeats:", "  vs trial", "within noise", "trade:", "trial "))]
+    lines = [*noise_lines(report), *tradeoff_lines(report), *report.notes]
     if not lines:
         return ""
     return "<ul id='tb-noise'>" + "".join(f"<li>{html.escape(ln.strip())}</li>" for ln in lines) + "</ul>"

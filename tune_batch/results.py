@@ -121,9 +121,7 @@ class RunDir:
         kernel's (``flock``): it goes with the holder, so a killed search leaves none behind.
         Creates the directory when it does not exist; a foreign non-empty one is refused first."""
         self.check_writable(self.path)
-        if self.path.exists() and not self.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
-            raise RunDirError(f"--output {str(self.path)!r} exists and is not a tune_batch run directory "
-                              f"(no {CONFIG_FILE}); choose an empty or new directory")
+        self._check_not_foreign()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
@@ -142,6 +140,13 @@ class RunDir:
             yield
         finally:
             os.close(fd)  # releases the lock
+
+    def _check_not_foreign(self) -> None:
+        """RunDirError for an existing non-empty directory that is not a run directory (the
+        user's files are never written into)."""
+        if self.path.exists() and not self.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
+            raise RunDirError(f"--output {str(self.path)!r} exists and is not a tune_batch run directory "
+                              f"(no {CONFIG_FILE}); choose an empty or new directory")
 
     def prepare(self, config: Config, *, force: bool = False) -> bool:
         """Create the directory and write config.yaml, or check it matches on resume.
@@ -165,11 +170,7 @@ class RunDir:
             if diff or old != config.to_dict():
                 self.config_path.write_text(dump_config(config), encoding="utf-8")
             return True
-        if self.path.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
-            raise RunDirError(
-                f"--output {str(self.path)!r} exists and is not a tune_batch run directory (no {CONFIG_FILE}); "
-                f"choose an empty or new directory"
-            )
+        self._check_not_foreign()
         self.path.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(dump_config(config), encoding="utf-8")
         return False

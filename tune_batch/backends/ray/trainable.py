@@ -15,6 +15,7 @@ from tune_batch.backends.ray.watchdog import run_with_watchdog
 from tune_batch.config import Config, config_from_dict
 from tune_batch.policy import skipped
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.repeats import seeded
 from tune_batch.trial.faults import TrialTimeout
 
 HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
@@ -64,7 +65,7 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
     it what hangs and what it owns."""
     config = config_from_dict(config_dict)
     if spec.get("seed") is not None:  # a repeat of a searched config with another seed
-        config = config.model_copy(update={"search": config.search.model_copy(update={"seed": int(spec["seed"])})})
+        config = seeded(config, int(spec["seed"]))
     trial_id, reason = spec.get("trial_number"), spec.get("skip_reason")
     params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
     hung = False
