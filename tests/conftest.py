@@ -28,6 +28,8 @@ def tiny_config(**sections: dict) -> Config:
         "resources": {"peak_flops": 100e9},
         # no repeats of front candidates unless a test asks (test_noise does)
         "repeats": {"seeds": 0},
+        # no confirmation at length unless a test asks (test_confirm does)
+        "confirm": {"candidates": 0},
     }
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value

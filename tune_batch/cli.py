@@ -195,9 +195,10 @@ def render_probe(res: TrialResult) -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from tune_batch.decision import decide
     from tune_batch.files import write_files
     from tune_batch.pareto import parse_prefer
-    from tune_batch.report import build_report, render_summary
+    from tune_batch.report import render_summary
     from tune_batch.results import RunDir
 
     run = RunDir(args.run_dir)
@@ -205,7 +206,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UserError(f"run_dir {args.run_dir!r}: no config.yaml there; give a directory written by 'tune-batch search'")
     cfg = run.load_config()
     records, warnings = run.records()
-    report = build_report(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names))
+    report = decide(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names))
     paths = write_files(report, run.path)
     print(render_summary(report))
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -6,7 +6,6 @@ what is allowed, in one line (:class:`~tune_batch.errors.ConfigError`).
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tune_batch.config_errors import describe, relevant
 from tune_batch.errors import ConfigError
 from tune_batch.metrics import OBJECTIVE_METRICS
 from tune_batch.sizes import parse_memory
@@ -248,6 +248,29 @@ class RepeatsConfig(_Section):
     search's measured noise of accuracy, utilization and samples/s."""
 
 
+class ConfirmConfig(_Section):
+    candidates: int = Field(3, ge=0)
+    """Front candidates trained again at a longer budget after the search, with validation along
+    the way; the recommendation then comes from these runs (0: no confirmation)."""
+    train_samples: int | None = Field(None, ge=1)
+    """Samples each confirmation run trains (default: 4 x budget.train_samples)."""
+    epochs: float | None = Field(None, gt=0)
+    """Instead of train_samples: passes over the training set."""
+    evaluations: int = Field(16, ge=2, le=1000)
+    """Validations along each confirmation run (its curve; time to target is read from it)."""
+    seeds: int = Field(1, ge=1)
+    """Confirmation runs per candidate (seeds search.seed, +1, ...); time to target is their median."""
+    target: float | None = Field(None, gt=0.0, le=1.0)
+    """The val_acc to reach (default: target_fraction x the best val_acc any candidate reached)."""
+    target_fraction: float = Field(0.95, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _length(self) -> ConfirmConfig:
+        if self.train_samples is not None and self.epochs is not None:
+            raise ValueError(f"give train_samples ({self.train_samples}) or epochs ({self.epochs}), not both")
+        return self
+
+
 class ProfileConfig(_Section):
     enabled: bool = False
     wait: int = Field(1, ge=0)
@@ -270,6 +293,7 @@ class Config(_Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     repeats: RepeatsConfig = Field(default_factory=RepeatsConfig)
+    confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
 
     @field_validator("name")
@@ -302,75 +326,7 @@ class Config(_Section):
         return self.model_dump(mode="json")
 
 
-# ---------------------------------------------------------------- loading and errors
-
-
-def _fields_at(loc: tuple[Any, ...]) -> list[str]:
-    """The field names allowed at a location (for 'did you mean')."""
-    model: Any = Config
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        for c in candidates:
-            inner = getattr(c, "__args__", None)
-            for cc in [c, *(inner or ())]:
-                if isinstance(cc, type) and issubclass(cc, BaseModel):
-                    model = cc
-                    break
-            else:
-                continue
-            break
-        else:
-            return []
-    return list(getattr(model, "model_fields", {}))
-
-
-def _describe(err: dict[str, Any]) -> str:
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "union["))))
-    # pydantic puts union member names (e.g. 'BatchRange', 'list[int]') into loc: drop them
-    loc = tuple(p for p in loc if not (isinstance(p, str) and (p[:1].isupper() or "[" in p)))
-    dotted = ".".join(str(p) for p in loc) or "config"
-    kind = err["type"]
-    value = err.get("input")
-    if kind == "extra_forbidden":
-        key = str(loc[-1])
-        allowed = _fields_at(loc[:-1])
-        hint = difflib.get_close_matches(key, allowed, n=1)
-        did = f" (did you mean {hint[0]!r}?)" if hint else ""
-        return f"{dotted}: unknown key{did}; allowed keys: {', '.join(allowed)}"
-    msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    if kind == "missing":
-        return f"{dotted}: required field is missing"
-    if isinstance(value, dict):  # a whole-section check: its message names the values
-        return f"{dotted}: {msg}"
-    return f"{dotted} = {_short(value)}: {msg}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _relevant(errors: list[Any]) -> list[Any]:
-    """Drop 'wrong type' errors from union members the input obviously was not meant for."""
-    def key(err: Any) -> str:
-        return _describe(err).split(":")[0].split(" = ")[0]
-
-    by_loc: dict[str, list[Any]] = {}
-    for err in errors:
-        by_loc.setdefault(key(err), []).append(err)
-    out = []
-    for group in by_loc.values():
-        specific = [e for e in group if not e["type"].endswith("_type")]
-        out.extend(specific or group[:1])
-    return out
+# ---------------------------------------------------------------- loading
 
 
 def config_from_dict(raw: dict[str, Any], source: str = "config") -> Config:
@@ -378,8 +334,8 @@ def config_from_dict(raw: dict[str, Any], source: str = "config") -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as e:
-        errors = _relevant(e.errors())
-        first = _describe(errors[0])
+        errors = relevant(Config, e.errors())
+        first = describe(Config, errors[0])
         more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
         raise ConfigError(f"{source}: {first}{more}") from e
 

@@ -46,6 +46,8 @@ def pareto_payload(report: Report) -> dict[str, object]:
         "tradeoffs_vs_recommended": {str(k): v for k, v in report.tradeoffs.items()},
         "noise": {m: level.to_dict() for m, level in report.noise.items()},
         "notes": report.notes,
+        "learned": report.learned,
+        "confirmation": report.confirmation.to_dict() if report.confirmation is not None else None,
         "trials": [_front_entry(report, r) for r in report.front],
     }
 
@@ -67,7 +69,7 @@ def write_files(report: Report, run_dir: str | Path) -> list[Path]:
     """Write results.csv, pareto.json, best.yaml and report.html into ``run_dir``; returns the
     paths written (best.yaml is removed when nothing is recommended)."""
     run_dir = Path(run_dir)
-    rows = [row(r, report) for r in report.records + report.repeats]
+    rows = [row(r, report) for r in report.records + report.repeats + report.confirm_runs]
     csv_path = run_dir / "results.csv"
     fields = list(rows[0]) if rows else ["trial_id", "status", "reason", *PARAM_COLUMNS, *METRIC_COLUMNS]
     with csv_path.open("w", newline="", encoding="utf-8") as f:

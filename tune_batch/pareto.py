@@ -170,7 +170,9 @@ def parse_prefer(text: str | None, metrics: Sequence[str]) -> Prefer:
     """``--prefer``: a metric name, or weights ``metric=w,metric=w``. Raises UserError."""
     if not text:
         return None
-    allowed = ", ".join(metrics)
+    allowed = ", ".join(metrics) + ", time_to_target"
+    if text == "time_to_target":  # the confirmation runs' first to the target (decision.decide)
+        return text
     if "=" not in text:
         if text not in metrics:
             raise UserError(f"--prefer {text!r}: not an objective; allowed: {allowed} (or weights like samples_per_s=2,val_acc=1)")

@@ -56,7 +56,7 @@ def group_runs(records: Sequence[TrialResult]) -> dict[object, list[TrialResult]
     """Searched trial id -> its ok runs (itself first, then its repeats)."""
     groups: dict[object, list[TrialResult]] = {}
     for r in records:
-        if r.info.repeat_of is None and r.status is Status.OK:
+        if r.searched and r.status is Status.OK:
             groups.setdefault(r.trial_id, []).insert(0, r)
     for r in records:
         if r.info.repeat_of is not None and r.status is Status.OK and r.info.repeat_of in groups:

@@ -48,6 +48,11 @@ class Progress:
         self.total += n
         self.say(f"re-measuring front candidates with other seeds: {n} run(s)")
 
+    def confirming(self, n: int) -> None:
+        """``n`` confirmation runs (front candidates at a longer budget) follow."""
+        self.total += n
+        self.say(f"confirming front candidates at a longer budget: {n} run(s), validated along the way")
+
     def started(self) -> None:
         self.running += 1
 
@@ -59,7 +64,8 @@ class Progress:
             return
         done = len({r.trial_id for r in self.records})
         counts = {s: sum(1 for r in self.records if r.status is s) for s in Status if s is not Status.OK}
-        size = len(front(self.records, self.config.metric_names, self.config.directions))
+        size = len(front([r for r in self.records if r.info.confirm_of is None], self.config.metric_names,
+                         self.config.directions))
         elapsed = time.monotonic() - self._start
         left = (elapsed / self._done_here) * max(0, self.total - done)
         p = rec.params

@@ -130,6 +130,9 @@ class TrialInfo(_Flat):
     train_s: float | None = None  # 0.0 for a skipped trial: no training
     seed: int | None = None  # data order and initialisation (search.seed, or a repeat's own)
     repeat_of: int | str | None = None  # a repeat (another seed) of this trial's config
+    confirm_of: int | str | None = None  # a confirmation run (longer budget) of this trial's config
+    curve: list[list[float]] | None = None  # confirmation: [samples, train seconds, val_acc, loss] per validation
+    chance_acc: float | None = None  # the majority-class share of the validation set
     # step accounting
     steps: int | None = None
     warmup_steps: int | None = None
@@ -189,6 +192,11 @@ class TrialResult:
     info: TrialInfo = field(default_factory=TrialInfo)
     traceback: str | None = None
     ray_trial_id: str | None = None
+
+    @property
+    def searched(self) -> bool:
+        """A trial of the search itself (not a repeat with another seed, not a confirmation run)."""
+        return self.info.repeat_of is None and self.info.confirm_of is None
 
     @property
     def feasible(self) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tune_batch.config import Config
+from tune_batch.confirm import lines as confirm_lines
 from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
 from tune_batch.pareto import KNEE_METHOD, Prefer, choose, hypervolume, noisy_non_dominated, normalise, within_noise
@@ -36,6 +37,9 @@ class Report:
     noise: dict[str, NoiseLevel] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # within-noise pairs, the accuracy trade
     repeats: list[TrialResult] = field(default_factory=list)  # runs of front candidates with other seeds
+    learned: bool = True  # some front point got beyond chance accuracy (see nothing_learned)
+    confirmation: Any = None  # confirm.Confirmation, when confirmation runs exist
+    confirm_runs: list[TrialResult] = field(default_factory=list)
 
     def stat(self, r: TrialResult, metric: str) -> tuple[float | None, float | None]:
         """(mean over the config's runs, 95 % half-width) of a metric; the trial's own value
@@ -121,12 +125,29 @@ def _within_noise_notes(front_pts: list[Point], k: int | None, metrics: list[str
             f"{', '.join(same)}; more seeds (repeats.seeds) or a longer budget would tell them apart"]
 
 
+def nothing_learned(config: Config, front_pts: list[Point], records: Sequence[TrialResult]) -> str | None:
+    """One line when no front point got beyond chance: its val_acc within noise of the
+    majority-class rate of the validation set (or 1 / num_classes where that is unknown)."""
+    if "val_acc" not in config.metric_names or not front_pts:
+        return None
+    rates = [r.info.chance_acc for r in records if r.info.chance_acc is not None]
+    chance = max(rates) if rates else 1.0 / config.model.num_classes
+    best = max(front_pts, key=lambda p: p.mean["val_acc"])
+    # the seeds' spread where measured, and at least the binomial sampling noise of the validation set
+    sampling = 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
+    if best.mean["val_acc"] - max(best.ci.get("val_acc") or 0.0, sampling) > chance:
+        return None
+    return (f"nothing was learned: the best val_acc on the front, {best.mean['val_acc']:.3f} (trial {best.trial.trial_id}), "
+            f"is within noise of chance ({chance:.3f}, the majority class); no recommendation from these trials "
+            f"(a longer budget.train_samples or confirmation runs would tell)")
+
+
 def build_report(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
                  prefer: Prefer = None) -> Report:
     """The front of the searched configs (their runs' means; a difference inside the noise does
     not dominate), the recommendation, the noise and what each front point trades."""
-    latest = latest_per_trial(records)
-    searched = [r for r in latest if r.info.repeat_of is None]
+    latest = [r for r in latest_per_trial(records) if r.info.confirm_of is None]
+    searched = [r for r in latest if r.searched]
     metrics, directions = config.metric_names, config.directions
     groups = group_runs(latest)
     noise = noise_levels(groups, metrics)
@@ -141,13 +162,16 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
     if k is not None and prefer is None:
         k, notes = _accuracy_guard(feas, front_pts, k, metrics)
     notes += _within_noise_notes(front_pts, k, metrics)
+    empty = nothing_learned(config, front_pts, latest)
+    if empty:
+        k, notes = None, [empty]
     counts: dict[str, int] = {}
     for r in searched:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     hv = hypervolume(normalise([vals[i] for i in idx], directions, bounds)) if idx else 0.0
     report = Report(config, searched, [p.trial for p in front_pts], front_pts[k].trial if k is not None else None,
                     counts, list(warnings or []), method, hv, {}, {p.trial.trial_id: p for p in all_pts}, noise,
-                    notes, [r for r in latest if r.info.repeat_of is not None])
+                    notes, [r for r in latest if r.info.repeat_of is not None], empty is None)
     if report.recommended is not None:
         cap = cap_bytes(config.resources.device_memory, None)
         report.tradeoffs.update({r.trial_id: tradeoffs(report, r, report.recommended, cap) for r in report.front})
@@ -245,6 +269,7 @@ def render_summary(report: Report) -> str:
     lines = [", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}"]
     lines += [f"warning: {w}" for w in report.warnings]
     if not report.front:
+        lines += report.notes
         lines.append("no feasible trial: nothing is on the Pareto front (see results.csv for the reasons)")
         return "\n".join(lines)
     objs = ", ".join(f"{o.direction} {o.metric}" for o in report.config.objectives)
@@ -252,6 +277,8 @@ def render_summary(report: Report) -> str:
     lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs); * = recommended ({how})")
     lines.append(render_table(report))
     lines += noise_lines(report)
+    if report.confirmation is not None:
+        lines += confirm_lines(report.confirmation)
     rec = report.recommended
     if rec is not None:
         p = rec.params

@@ -18,6 +18,9 @@ from functools import partial
 from pathlib import Path
 
 from tune_batch.config import Config
+from tune_batch.confirm import ConfirmJob
+from tune_batch.confirm import jobs as confirm_jobs
+from tune_batch.decision import confirm_candidates, decide
 from tune_batch.errors import ConfigError, RunDirError, SearchInterrupted, UserError
 from tune_batch.files import write_files
 from tune_batch.pareto import Prefer
@@ -103,11 +106,25 @@ def _one_worker_only(config: Config, progress: Progress) -> Config:
 
 
 def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
-    """The repeats the finished search still needs (from its records as they are now)."""
+    """The repeats the finished search still needs (from its records as they are now); none
+    while the search itself is unfinished (stopped by a signal)."""
     records, _ = run_dir.records()
     # chosen from the searched trials alone, so that a resumed search picks the same candidates
-    searched = [r for r in records if r.info.repeat_of is None]
+    searched = [r for r in latest_per_trial(records) if r.searched]
+    if len(searched) < config.budget.trials:
+        return []
     return repeat_jobs(config, build_report(config, searched), {r.trial_id for r in records})
+
+
+def _plan_confirm(config: Config, run_dir: RunDir) -> list[ConfirmJob]:
+    """The confirmation runs still needed, once the search and its repeats are complete: the
+    candidates of the report of both (the same on a resumed search)."""
+    records, _ = run_dir.records()
+    searched = [r for r in latest_per_trial(records) if r.searched]
+    if len(searched) < config.budget.trials or _plan_repeats(config, run_dir):
+        return []
+    base = build_report(config, [r for r in records if r.info.confirm_of is None])
+    return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records})
 
 
 def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
@@ -126,19 +143,20 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
     run_config = config.model_copy(update={"budget": budget})
     policy = Policy(config, done)
     plan_repeats = partial(_plan_repeats, config, run_dir)
+    plan_confirm = partial(_plan_confirm, config, run_dir)
     with quiet_libraries(verbose):
         if config.search.backend == "optuna":
             from tune_batch.backends import optuna as optuna_backend
 
             optuna_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
                                       study_name=name, progress=progress, policy=policy, fresh=fresh,
-                                      plan_repeats=plan_repeats)
+                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm)
         else:
             from tune_batch.backends import ray as ray_backend
 
             ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
                                    policy=policy, address=address or config.search.address, verbose=verbose,
-                                   fresh=fresh, plan_repeats=plan_repeats)
+                                   fresh=fresh, plan_repeats=plan_repeats, plan_confirm=plan_confirm)
 
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
@@ -181,7 +199,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     resumed = run_dir.prepare(config, force=force)
     run_dir.check_appendable()
     previous, warnings = run_dir.records()
-    done = [r for r in latest_per_trial(previous) if r.info.repeat_of is None]
+    done = [r for r in latest_per_trial(previous) if r.searched]
     for w in warnings:
         progress.say(f"warning: {w}")
     progress.records = list(done)  # the front and counts include trials already finished
@@ -190,18 +208,19 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                      f"{max(0, config.budget.trials - len(done))} to run")
     stopped = False
     received["signal"] = None
-    if config.budget.trials > len(done) or _plan_repeats(config, run_dir):
+    if config.budget.trials > len(done) or _plan_repeats(config, run_dir) or _plan_confirm(config, run_dir):
         try:
             _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
                          study_name=study_name, verbose=verbose)
         except KeyboardInterrupt:  # the in-process backend; Ray Tune stops on its own and returns
             stopped = True
     records, warnings = run_dir.records()
-    report = build_report(config, records, warnings, prefer=prefer)
+    report = decide(config, records, warnings, prefer=prefer)
     write_files(report, run_dir.path)
     # fewer searched records than the budget: the search was stopped (every trial that ends,
     # however it ends, is recorded), whichever backend caught the signal
-    interrupted = stopped or len(report.records) < config.budget.trials
+    interrupted = (stopped or len(report.records) < config.budget.trials or bool(_plan_repeats(config, run_dir))
+                   or bool(_plan_confirm(config, run_dir)))
     if not quiet:
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",

@@ -8,7 +8,7 @@ trial's user attributes (see ``tune_batch.study``, the one seam to Optuna).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import optuna
@@ -16,6 +16,7 @@ import optuna
 from tune_batch import space as space_mod
 from tune_batch import study as seam
 from tune_batch.config import Config, SpaceConfig
+from tune_batch.confirm import ConfirmJob
 from tune_batch.objectives import utilization_warning
 from tune_batch.policy import Policy
 from tune_batch.progress import Progress
@@ -94,25 +95,32 @@ class Objective:
         return seam.answer(self.config, result)  # None: Optuna records a FAIL
 
 
-def run_repeats(config: Config, run_dir: RunDir, jobs: list[RepeatJob], progress: Progress) -> None:
-    """Run each repeat (a searched config with another seed) in this process."""
+def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | ConfirmJob], progress: Progress) -> None:
+    """Run each repeat (a searched config with another seed) or confirmation run (a longer
+    budget) in this process."""
     from tune_batch.trial import run_trial
+    from tune_batch.trial.curve import confirm_run
 
     for job in jobs:
         if received["signal"] is not None:
             return
         progress.started()
-        res = run_trial(seeded(config, job.seed), job.params, trial_id=job.trial_id, extra=job.params.extra or None,
-                        run_dir=run_dir.path)
-        res = res.replace(info=res.info.with_(repeat_of=job.repeat_of, seed=job.seed))
+        cfg = seeded(config, job.seed)
+        if isinstance(job, ConfirmJob):
+            res = confirm_run(cfg, job.params, trial_id=job.trial_id, confirm_of=job.confirm_of,
+                              extra=job.params.extra or None)
+        else:
+            res = run_trial(cfg, job.params, trial_id=job.trial_id, extra=job.params.extra or None, run_dir=run_dir.path)
+            res = res.replace(info=res.info.with_(repeat_of=job.repeat_of, seed=job.seed))
         run_dir.append(res)
         progress.finished(res)
 
 
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
-               policy: Policy, fresh: bool = True, plan_repeats: Callable[[], list[RepeatJob]] | None = None) -> None:
+               policy: Policy, fresh: bool = True, plan_repeats: Callable[[], list[RepeatJob]] | None = None,
+               plan_confirm: Callable[[], list[ConfirmJob]] | None = None) -> None:
     """Run ``config.budget.trials`` trials in this process on the stored study, then the
-    repeats ``plan_repeats`` asks for."""
+    repeats ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for."""
     if config.budget.trials > 0:
         sampler = make_sampler(config.search.sampler, config.search.seed, config.budget.trials)
         study = seam.create(config, storage, study_name, sampler)
@@ -140,3 +148,10 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         progress.repeating(len(jobs))
         with graceful():
             run_repeats(config, run_dir, jobs, progress)
+    if received["signal"] is not None:
+        return
+    confirm_jobs = plan_confirm() if plan_confirm is not None else []
+    if confirm_jobs:
+        progress.confirming(len(confirm_jobs))
+        with graceful():
+            run_repeats(config, run_dir, confirm_jobs, progress)

@@ -30,3 +30,17 @@ def accuracy(model: nn.Module, val: Any, device: torch.device, batch: int) -> fl
             total += len(y)
     model.train()
     return correct / total if total else 0.0
+
+
+def chance_rate(val: Any) -> float | None:
+    """The majority-class share of ``val``'s labels: the accuracy of always answering the most
+    common class (what a model that learned nothing can reach). None without integer labels."""
+    counts: dict[int, int] = {}
+    try:
+        for _, y in DataLoader(val, batch_size=1024, shuffle=False):
+            for label, n in zip(*torch.unique(torch.as_tensor(y).reshape(-1), return_counts=True)):
+                counts[int(label)] = counts.get(int(label), 0) + int(n)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    total = sum(counts.values())
+    return max(counts.values()) / total if total else None

@@ -23,7 +23,7 @@ from tune_batch.measure.cpu import PeakRss
 from tune_batch.noise import rate_ci
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective, derive
-from tune_batch.trial.evaluate import accuracy, check_batchnorm
+from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
 from tune_batch.trial.faults import classify
 from tune_batch.trial.loop import Stepper, cycle, make_optimizer, prime
 from tune_batch.trial.setup import (
@@ -49,6 +49,7 @@ class _Trained:
     peak_bytes: float
     peak_method: str | None
     val_acc: float | None
+    chance_acc: float | None
     final_loss: float
     short_batches: int
     profile_step_s: float | None
@@ -86,9 +87,10 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
         # the model as exactly train_samples of training left it is evaluated before anything
         # that exists only to measure can touch it (the window's extra steps were undone already)
         val_acc = accuracy(model, ds.val, device, batch) if validate and placement.rank == 0 else None
+        chance = chance_rate(ds.val) if val_acc is not None else None
         final_loss, short = stepper.last_loss, stepper.short_batches
         prof_s = profile_steps(stepper, config, trace_dir) if plan.profiled and trace_dir is not None else None
-    return _Trained(window, peak, method, val_acc, final_loss, short, prof_s, ds.description,
+    return _Trained(window, peak, method, val_acc, chance, final_loss, short, prof_s, ds.description,
                     tuple(ds.train[0][0].shape))
 
 
@@ -136,7 +138,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
                       duration_s=time.perf_counter() - start)
     info = TrialInfo(
         host=socket.gethostname(), pid=os.getpid(), device=device_name(device, threads), data=t.data,
-        seed=config.search.seed, others_cpu_frac=t.window.cpu.others_cpu_frac, steal_frac=t.window.cpu.steal_frac,
+        seed=config.search.seed, chance_acc=t.chance_acc, others_cpu_frac=t.window.cpu.others_cpu_frac, steal_frac=t.window.cpu.steal_frac,
         disturbed=t.window.cpu.disturbed,
         world_size=world, per_worker_batch=params.batch_size // world,
         nodes=sorted(set(collective.all_gather(socket.gethostname(), world))),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -16,6 +16,7 @@ from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
 from tune_batch.backends.ray.session import node_cpus, ray_session
 from tune_batch.backends.ray.trainable import ray_trainable, repeat_trainable
 from tune_batch.config import Config
+from tune_batch.confirm import ConfirmJob
 from tune_batch.objectives import is_maximize, utilization_warning
 from tune_batch.policy import Policy
 from tune_batch.progress import Progress
@@ -68,8 +69,8 @@ def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any
     _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, EXPERIMENT)
 
 
-def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: list[RepeatJob], progress: Progress,
-             verbose: bool) -> None:
+def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence[RepeatJob | ConfirmJob],
+             progress: Progress, verbose: bool, kind: str = "repeats") -> None:
     specs = [job.spec() for job in jobs]
     trainable = tune.with_resources(
         tune.with_parameters(repeat_trainable, specs=specs, config_dict=config.to_dict(),
@@ -80,15 +81,17 @@ def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: list[Rep
     if any(job.params.num_gpus > 1 for job in jobs):
         callbacks.append(GroupSweeper())
     tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=plan.concurrent, reuse_actors=True)
-    _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, "repeats",
+    _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, kind,
                {"job": tune.grid_search(list(range(len(specs))))})
 
 
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress, policy: Policy,
                address: str | None = None, verbose: bool = False, fresh: bool = True,
-               plan_repeats: Callable[[], list[RepeatJob]] | None = None) -> None:
+               plan_repeats: Callable[[], list[RepeatJob]] | None = None,
+               plan_confirm: Callable[[], list[ConfirmJob]] | None = None) -> None:
     """Run (or continue) the search of ``config`` on Ray Tune, then the repeats of front
-    candidates ``plan_repeats`` asks for, in the same Ray session; records go to ``run_dir``."""
+    candidates ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for,
+    in the same Ray session; records go to ``run_dir``."""
     with ray_session(address, verbose=verbose) as cluster:
         plan = plan_resources(config, cluster, node_cpus())
         _announce(config, plan, cluster, progress)
@@ -99,3 +102,7 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         if jobs:
             progress.repeating(len(jobs))
             _repeats(config, run_dir, plan, jobs, progress, verbose)
+        confirm_jobs = plan_confirm() if plan_confirm is not None else []
+        if confirm_jobs:
+            progress.confirming(len(confirm_jobs))
+            _repeats(config, run_dir, plan, confirm_jobs, progress, verbose, "confirm")

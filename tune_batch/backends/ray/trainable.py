@@ -21,7 +21,7 @@ from tune_batch.trial.faults import TrialTimeout
 HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
-CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of")
+CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of", "confirm_of")
 
 
 def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
@@ -40,14 +40,23 @@ def repeat_trainable(spec: dict[str, Any], *, specs: list[dict[str, Any]], confi
     ray_trainable(specs[spec["job"]], config_dict=config_dict, run_dir=run_dir, plan=plan)
 
 
-def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str) -> tuple[TrialResult, bool]:
+def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
+                confirm_of: Any = None) -> tuple[TrialResult, bool]:
     from tune_batch.trial import run_trial
+    from tune_batch.trial.curve import confirm_run, confirm_timeout_s
 
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    threads = int(cpus) if cpus else None
     node = str(ray.get_runtime_context().get_node_id())
     limit = config.budget.trial_timeout_s + HANG_GRACE_S
-    outcome = run_with_watchdog(lambda: run_trial(config, params, trial_id=trial_id, threads=int(cpus) if cpus else None,
-                                                  run_dir=run_dir, node_id=node), limit, f"tune_batch-trial-{trial_id}")
+    if confirm_of is not None:  # a confirmation run: the longer budget, validated along the way
+        limit = confirm_timeout_s(config) + HANG_GRACE_S
+        def work() -> TrialResult:
+            return confirm_run(config, params, trial_id=trial_id, confirm_of=confirm_of, threads=threads)
+    else:
+        def work() -> TrialResult:
+            return run_trial(config, params, trial_id=trial_id, threads=threads, run_dir=run_dir, node_id=node)
+    outcome = run_with_watchdog(work, limit, f"tune_batch-trial-{trial_id}")
     if outcome.hung:
         reason = (f"timeout: still running {limit:g} s after it started (budget.trial_timeout_s + {HANG_GRACE_S:g} s "
                   f"grace); its process was stopped")
@@ -79,7 +88,7 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
                                   threads_per_worker=plan.threads_per_worker[params.num_gpus], use_gpu=plan.gpus > 0)
         result, hung = group.result, group.group_alive
     else:
-        result, hung = _one_worker(config, params, trial_id, run_dir)
+        result, hung = _one_worker(config, params, trial_id, run_dir, spec.get("confirm_of"))
     if spec.get("repeat_of") is not None:
         result = result.replace(info=result.info.with_(repeat_of=spec["repeat_of"], seed=config.search.seed))
     tune.report(report_payload(config, result))

@@ -1,0 +1,179 @@
+"""Confirmation at length: the front's most promising configs trained again for longer, with
+validation along the way, and what their curves say: time to the target accuracy, the ranks of
+the short and the long budget, and their agreement.
+
+Planning (which configs, with which seeds) is decided from the report, never by measurement;
+the runs are ``trial.curve.confirm_run`` on either backend.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tune_batch.config import Config
+from tune_batch.records import Params, Status, TrialResult
+
+TARGET_METRIC = "val_acc"
+
+
+@dataclass(frozen=True)
+class ConfirmJob:
+    """One confirmation run of a searched trial's config (with a seed)."""
+
+    trial_id: str
+    confirm_of: int | str | None
+    params: Params
+    seed: int
+
+    def spec(self) -> dict[str, object]:
+        """As a Tune trial's config: the params and the control keys of ``trainable``."""
+        return {**self.params.to_dict(), "trial_number": self.trial_id, "seed": self.seed,
+                "confirm_of": self.confirm_of}
+
+
+def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object]) -> list[ConfirmJob]:
+    """``confirm.seeds`` runs of each candidate, seed-major (every candidate once, then again:
+    slow drift of a shared machine spreads over all of them), those in ``done`` left out."""
+    out = []
+    for k in range(config.confirm.seeds):
+        seed = config.search.seed + k
+        for r in candidates:
+            if r.params.num_gpus != 1:
+                continue  # confirmation runs one worker (see confirm_run)
+            job = ConfirmJob(f"{r.trial_id}c{seed}", r.trial_id, r.params, seed)
+            if job.trial_id not in done:
+                out.append(job)
+    return out
+
+
+def first_reach(curve: Sequence[Sequence[float]], target: float) -> tuple[float, float] | None:
+    """(training seconds, samples) at the first validation at or above ``target``, or None."""
+    for samples, train_s, acc, *_ in curve:
+        if acc >= target:
+            return train_s, samples
+    return None
+
+
+def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Kendall's tau-a between two rankings of the same items (None with fewer than 2)."""
+    n = len(a)
+    if n < 2:
+        return None
+    s = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s += int(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j]))) if (a[i] - a[j]) * (b[i] - b[j]) else 0
+    return s / (n * (n - 1) / 2)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A confirmed config: its runs, best val_acc reached, and time/samples to the target."""
+
+    trial: TrialResult
+    runs: tuple[TrialResult, ...]
+    short_rank: int
+    best_acc: float
+    final_acc: float
+    time_to_target_s: float | None  # median over the runs that reached it; None: none did
+    samples_to_target: float | None
+    reached: int  # runs that reached the target
+    long_rank: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trial_id": self.trial.trial_id, "params": self.trial.params.to_dict(),
+                "short_rank": self.short_rank, "long_rank": self.long_rank, "time_to_target_s": self.time_to_target_s,
+                "samples_to_target": self.samples_to_target, "reached_target": f"{self.reached} of {len(self.runs)}",
+                "best_val_acc": self.best_acc, "final_val_acc": self.final_acc,
+                "runs": [r.trial_id for r in self.runs],
+                "curves": [{"seed": r.info.seed, "samples": [c[0] for c in r.info.curve or []],
+                            "train_s": [c[1] for c in r.info.curve or []],
+                            "val_acc": [c[2] for c in r.info.curve or []]} for r in self.runs]}
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What the confirmation runs say. ``candidates`` in long-budget rank order."""
+
+    target: float
+    target_how: str
+    train_samples: float
+    candidates: list[Candidate]
+    agreement: float | None  # Kendall's tau between short and long ranks
+    failed: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def best(self) -> Candidate | None:
+        first = self.candidates[0] if self.candidates else None
+        return first if first is not None and first.time_to_target_s is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target_metric": TARGET_METRIC, "target": self.target, "target_how": self.target_how,
+                "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
+                "recommended_trial_id": self.best.trial.trial_id if self.best else None,
+                "candidates": [c.to_dict() for c in self.candidates],
+                "failed_runs": [{"trial_id": r.trial_id, "status": r.status.value, "reason": r.reason}
+                                for r in self.failed]}
+
+
+def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[TrialResult]) -> Confirmation | None:
+    """The confirmation of ``candidates`` (in short-budget rank order) from their ``runs``;
+    None when no run finished."""
+    by: dict[Any, list[TrialResult]] = {}
+    failed = []
+    for r in runs:
+        if r.status is Status.OK and r.info.curve:
+            by.setdefault(r.info.confirm_of, []).append(r)
+        else:
+            failed.append(r)
+    ranked = [(i + 1, c) for i, c in enumerate(candidates) if c.trial_id in by]
+    if not ranked:
+        return None
+    best_any = max(c[2] for _, t in ranked for r in by[t.trial_id] for c in r.info.curve or [])
+    c = config.confirm
+    if c.target is not None:
+        target, how = c.target, "confirm.target"
+    else:
+        target, how = c.target_fraction * best_any, f"{c.target_fraction:g} x the best val_acc any candidate reached ({best_any:.3f})"
+    out = []
+    for short_rank, t in ranked:
+        rs = by[t.trial_id]
+        hits = [h for h in (first_reach(r.info.curve or [], target) for r in rs) if h is not None]
+        # a run that never reached the target counts as not reaching it: the median is over all runs
+        # only when most reached it
+        ttt = statistics.median(h[0] for h in hits) if hits and 2 * len(hits) > len(rs) else None
+        stt = statistics.median(h[1] for h in hits) if ttt is not None else None
+        out.append(Candidate(t, tuple(rs), short_rank, max(p[2] for r in rs for p in r.info.curve or []),
+                             statistics.mean((r.info.curve or [[0, 0, 0]])[-1][2] for r in rs), ttt, stt, len(hits)))
+    out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, -x.best_acc))
+    out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
+    tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
+    length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
+    return Confirmation(target, how, length, out, tau, failed)
+
+
+def lines(conf: Confirmation) -> list[str]:
+    """The confirmation in the summary's words: per candidate its time to target (or that it
+    never reached it), then the ranks' agreement."""
+    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; "
+           f"target val_acc {conf.target:.3f} ({conf.target_how})"]
+    for x in conf.candidates:
+        p = x.trial.params
+        spread = ""
+        hits = [h[0] for h in (first_reach(r.info.curve or [], conf.target) for r in x.runs) if h is not None]
+        if len(hits) > 1:
+            spread = f" (runs {min(hits):.2f}-{max(hits):.2f} s)"
+        reach = (f"reached in {x.time_to_target_s:.2f} s of training{spread}, {x.samples_to_target:.0f} samples"
+                 if x.time_to_target_s is not None else f"never reached it (best {x.best_acc:.3f})")
+        out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}; short-budget "
+                   f"rank {x.short_rank}): {reach}; {x.reached} of {len(x.runs)} run(s) reached it")
+    if conf.agreement is not None:
+        out.append(f"  short vs long budget ranks: Kendall's tau {conf.agreement:+.2f} "
+                   f"({'the short trials ranked these candidates as the long runs did' if conf.agreement == 1 else 'the short trials alone would have ranked them differently'})")
+    for r in conf.failed:
+        out.append(f"  confirmation run {r.trial_id} ended {r.status.value}: {r.reason}")
+    return out

@@ -1,0 +1,75 @@
+"""The decision of a search: the report of its searched trials (and repeats), then, when the
+front's candidates were trained again at length, the recommendation from those runs.
+
+``decide`` is what the search and ``tune-batch report`` show; ``confirm_candidates`` is what
+the confirmation stage trains (the same function, so a resumed search picks the same ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from tune_batch.config import Config
+from tune_batch.confirm import confirm
+from tune_batch.oom import cap_bytes
+from tune_batch.pareto import Prefer
+from tune_batch.records import TrialResult
+from tune_batch.repeats import candidates
+from tune_batch.report import Report, build_report, tradeoffs
+
+TIME_TO_TARGET = "time_to_target"
+
+
+def confirm_candidates(report: Report) -> list[TrialResult]:
+    """The configs confirmation trains: those a reading at the short budget cannot tell apart
+    (the recommended one, the best in each objective, the nearest to the ideal point); when the
+    short trials learned nothing, the feasible configs whose loss fell furthest."""
+    n = report.config.confirm.candidates
+    if n <= 0:
+        return []
+    if not report.learned:
+        ok = [p.trial for p in report.points.values()]
+        return sorted(ok, key=lambda r: (r.info.final_loss if r.info.final_loss is not None else float("inf"),
+                                         -(r.metrics.samples_per_s or 0.0)))[:n]
+    return candidates(report, n)
+
+
+def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
+           prefer: Prefer = None) -> Report:
+    """The report, its recommendation from the confirmation runs when there are any (and the
+    preference is not another objective)."""
+    base_prefer = None if prefer == TIME_TO_TARGET else prefer
+    report = build_report(config, [r for r in records if r.info.confirm_of is None], warnings, prefer=base_prefer)
+    runs = [r for r in _latest(records) if r.info.confirm_of is not None]
+    if not runs:
+        return report
+    conf = confirm(config, confirm_candidates(report), runs)
+    report = dataclasses.replace(report, confirmation=conf, confirm_runs=runs)
+    if conf is None or base_prefer is not None:
+        return report
+    best = conf.best
+    if best is None:
+        return dataclasses.replace(report, recommended=None, method="time_to_target: no candidate reached the target",
+                                   notes=[*report.notes, "no confirmed candidate reached the target: no recommendation"])
+    # the short budget's notes about its own recommendation no longer apply
+    stale = ("nothing was learned", "within noise of the recommended", "trade: the recommendation")
+    notes = [n for n in report.notes if not n.startswith(stale) and "recommended instead of the knee" not in n]
+    short = report.recommended
+    if short is not None and short.trial_id != best.trial.trial_id:
+        notes.append(f"the short trials alone would have recommended trial {short.trial_id} (batch_size="
+                     f"{short.params.batch_size} lr={short.params.lr:.3g}); confirmation at length chose trial "
+                     f"{best.trial.trial_id}")
+    method = (f"time_to_target: first to reach val_acc {conf.target:.3f} in confirmation runs of "
+              f"{conf.train_samples:.0f} samples")
+    report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
+    cap = cap_bytes(config.resources.device_memory, None)
+    report.tradeoffs.update({r.trial_id: tradeoffs(report, r, best.trial, cap) for r in report.front})
+    return report
+
+
+def _latest(records: Sequence[TrialResult]) -> list[TrialResult]:
+    by: dict[object, TrialResult] = {}
+    for r in records:
+        by[r.trial_id] = r
+    return list(by.values())

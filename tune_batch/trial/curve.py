@@ -1,0 +1,113 @@
+"""A confirmation run: one config trained at a longer budget, validated at even intervals; its
+validation curve (samples, training seconds, val_acc, loss) is what time to target is read from.
+
+Training seconds exclude the validations (they exist only to measure); everything else a user's
+run would pay is in them: data loading, the steps, the optimizer. One worker.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import socket
+import time
+from typing import Any
+
+import torch
+
+from tune_batch.config import Config
+from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
+from tune_batch.trial.faults import classify
+from tune_batch.trial.loop import Stepper, cycle, make_optimizer
+from tune_batch.trial.setup import Placement, apply_memory_cap, build_net, device_name, load_data, pick_device
+
+
+def confirm_samples(config: Config, train_size: int) -> int:
+    """Samples a confirmation run trains: ``confirm.train_samples``, ``confirm.epochs`` passes
+    over the training set, or by default 4 x ``budget.train_samples``."""
+    c = config.confirm
+    if c.train_samples is not None:
+        return c.train_samples
+    if c.epochs is not None:
+        return max(1, math.ceil(c.epochs * train_size))
+    return 4 * config.budget.train_samples
+
+
+def confirm_timeout_s(config: Config, samples: int | None = None) -> float:
+    """``budget.trial_timeout_s`` scaled by how much longer a confirmation run trains than a
+    trial (``samples`` unknown with ``confirm.epochs``: a generous bound, 100 x)."""
+    if samples is None and config.confirm.epochs is None:
+        samples = confirm_samples(config, 0)
+    factor = 100.0 if samples is None else max(1.0, samples / config.budget.train_samples)
+    return config.budget.trial_timeout_s * factor
+
+
+def eval_steps(total: int, evaluations: int) -> list[int]:
+    """The step counts after which to validate: ``evaluations`` of them, evenly spread, the last
+    one at the end."""
+    n = max(1, min(evaluations, total))
+    return sorted({max(1, round(total * (i + 1) / n)) for i in range(n)})
+
+
+def _curve(config: Config, params: Params, device: torch.device, start: float,
+           extra: dict[str, Any] | None) -> tuple[list[list[float]], float | None, int, str]:
+    ds, loader, _ = load_data(config, params, Placement(), device, extra)
+    samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
+    total = samples // params.batch_size
+    deadline = start + confirm_timeout_s(config, samples)
+    if total < 1:
+        raise ValueError(f"a confirmation run of batch_size {params.batch_size} gets no full step: raise "
+                         f"confirm.train_samples or confirm.epochs")
+    model, net = build_net(config, device, 1, extra)
+    opt = make_optimizer(config, net.parameters(), params.lr)
+    stepper = Stepper(net, opt, cycle(loader), device, deadline, None, params.batch_size)
+    curve: list[list[float]] = []
+    train_s, done = 0.0, 0
+    for at in eval_steps(total, config.confirm.evaluations):
+        t = time.perf_counter()
+        while done < at:
+            stepper.step()
+            done += 1
+        stepper.check_loss()  # syncs the device, so the seconds are the steps'
+        train_s += time.perf_counter() - t
+        check_batchnorm(model)
+        acc = accuracy(model, ds.val, device, params.batch_size)
+        curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
+    return curve, chance_rate(ds.val), done, ds.description
+
+
+def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
+                confirm_of: int | str | None = None, extra: dict[str, Any] | None = None,
+                threads: int | None = None) -> TrialResult:
+    """Train ``params`` for the confirmation budget, validating ``confirm.evaluations`` times.
+    Never raises for trial faults (``oom``, ``diverged``, ``failed`` records, as any trial)."""
+    start = time.perf_counter()
+    p = Params.of(params)
+    base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
+    prev_threads = torch.get_num_threads()
+    device = pick_device()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        torch.manual_seed(config.search.seed)
+        apply_memory_cap(config, device)
+        curve, chance, steps, data = _curve(config, p, device, start, extra)
+        samples, train_s, acc, loss = curve[-1]
+        metrics = Metrics(samples_per_s=samples / train_s if train_s > 0 else None, val_acc=acc,
+                          duration_s=time.perf_counter() - start)
+        info = base.with_(device=device_name(device, torch.get_num_threads()), data=data, curve=curve,
+                          chance_acc=chance, steps=steps, train_samples_done=int(samples), train_s=train_s,
+                          final_loss=loss, world_size=1, per_worker_batch=p.batch_size)
+        return TrialResult(trial_id, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
+    except Exception as e:  # the trial boundary: every fault becomes a record
+        status, reason, trace = classify(e)
+        return TrialResult(trial_id, p, status, reason, duration_s=time.perf_counter() - start,
+                           info=base.with_(device=device_name(device, torch.get_num_threads())), traceback=trace)
+    finally:
+        torch.set_num_threads(prev_threads)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()
