@@ -99,12 +99,17 @@ def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
     # measured by hand and quoted in README
     out = tmp_path / "OUT"
     p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--set", "budget.trials=4", "--set", "repeats.candidates=1",
-             "--set", "repeats.seeds=1", "--output", str(out), cwd=tmp_path)
+             "--set", "repeats.seeds=1", "--set", "confirm.candidates=1", "--output", str(out), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     every = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
-    recs = [r for r in every if r["info"].get("repeat_of") is None]
-    assert len(recs) == 4 and len(every) == 5  # and one repeat of the recommended candidate
+    recs = [r for r in every if r["info"].get("repeat_of") is None and r["info"].get("confirm_of") is None]
+    # and one repeat of the recommended candidate, and one confirmation run on Ray Tune
+    assert len(recs) == 4 and len(every) == 6
     assert "re-measuring front candidates with other seeds: 1 run(s)" in p.stdout
+    assert "confirming front candidates at a longer budget: 1 run(s)" in p.stdout
+    (confirmed,) = [r for r in every if r["info"].get("confirm_of") is not None]
+    assert confirmed["status"] == "ok" and confirmed["info"]["train_samples_done"] == 4 * 4096
+    assert len(confirmed["info"]["curve"]) == 16
     ok = [r for r in recs if r["status"] == "ok"]
     assert ok
     for r in ok:
@@ -116,7 +121,11 @@ def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
         assert 0 < r["metrics"]["mfu"] and 0 < r["metrics"]["device_util"] <= 1
         assert {"peak_mem_bytes", "data_wait_frac"} <= set(r["metrics"]) and r["info"]["bottleneck"] and r["info"]["device"]
     assert "Pareto front" in p.stdout and "recommended:" in p.stdout
-    assert "[5/5]" in p.stdout and "noise val_acc" in p.stdout
+    assert "[6/6]" in p.stdout and "noise val_acc" in p.stdout
+    conf = pareto["confirmation"]
+    if conf["recommended_trial_id"] is not None:  # its one candidate reached the target (0.95 x its own best)
+        assert pareto["recommendation_method"].startswith("time_to_target")
+        assert conf["candidates"][0]["time_to_target_s"] > 0
     for name in ("results.csv", "pareto.json", "best.yaml", "report.html", "study.db"):
         assert (out / name).exists()
 
@@ -126,7 +135,7 @@ def test_seed_config_offline_with_overrides(tmp_path: Path) -> None:
     p = _cli("search", str(REPO / "configs/resnet18.yaml"), "--set", "data.name=synthetic", "--set", "data.resize=32",
              "--set", "budget.trials=2", "--set", "budget.train_samples=512", "--set", "model.pretrained=false",
              "--set", "profile.enabled=false", "--set", "space.num_gpus=[1]", "--set", "data.val_samples=256",
-             "--set", "repeats.seeds=0", "--output", str(out), cwd=tmp_path)
+             "--set", "repeats.seeds=0", "--set", "confirm.candidates=0", "--output", str(out), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
     # num_gpus [1] keeps this test short: a ResNet-18 worker group costs a minute here; the

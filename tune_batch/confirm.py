@@ -50,8 +50,10 @@ def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object]) -
     return out
 
 
-def first_reach(curve: Sequence[Sequence[float]], target: float) -> tuple[float, float] | None:
+def first_reach(curve: Sequence[Sequence[float]], target: float | None) -> tuple[float, float] | None:
     """(training seconds, samples) at the first validation at or above ``target``, or None."""
+    if target is None:
+        return None
     for samples, train_s, acc, *_ in curve:
         if acc >= target:
             return train_s, samples
@@ -99,7 +101,7 @@ class Candidate:
 class Confirmation:
     """What the confirmation runs say. ``candidates`` in long-budget rank order."""
 
-    target: float
+    target: float | None  # None: nothing was learned in the confirmation runs either
     target_how: str
     train_samples: float
     candidates: list[Candidate]
@@ -130,19 +132,27 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
             by.setdefault(r.info.confirm_of, []).append(r)
         else:
             failed.append(r)
-    ranked = [(i + 1, c) for i, c in enumerate(candidates) if c.trial_id in by]
+    ranked = list(enumerate((c for c in candidates if c.trial_id in by), start=1))
     if not ranked:
         return None
     best_any = max(c[2] for _, t in ranked for r in by[t.trial_id] for c in r.info.curve or [])
+    rates = [r.info.chance_acc for rs in by.values() for r in rs if r.info.chance_acc is not None]
+    chance = max(rates) if rates else 1.0 / config.model.num_classes
+    floor = chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
     c = config.confirm
+    target: float | None
     if c.target is not None:
         target, how = c.target, "confirm.target"
+    elif best_any <= floor:
+        target, how = None, (f"none: nothing was learned in the confirmation runs either (best val_acc {best_any:.3f}, "
+                             f"chance {chance:.3f})")
     else:
-        target, how = c.target_fraction * best_any, f"{c.target_fraction:g} x the best val_acc any candidate reached ({best_any:.3f})"
+        target = max(floor, c.target_fraction * best_any)
+        how = f"{c.target_fraction:g} x the best val_acc any candidate reached ({best_any:.3f})"
     out = []
     for short_rank, t in ranked:
         rs = by[t.trial_id]
-        hits = [h for h in (first_reach(r.info.curve or [], target) for r in rs) if h is not None]
+        hits = [h for h in (first_reach(r.info.curve or [], target) for r in rs) if h is not None] if target else []
         # a run that never reached the target counts as not reaching it: the median is over all runs
         # only when most reached it
         ttt = statistics.median(h[0] for h in hits) if hits and 2 * len(hits) > len(rs) else None
@@ -159,8 +169,8 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
 def lines(conf: Confirmation) -> list[str]:
     """The confirmation in the summary's words: per candidate its time to target (or that it
     never reached it), then the ranks' agreement."""
-    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; "
-           f"target val_acc {conf.target:.3f} ({conf.target_how})"]
+    goal = f"target val_acc {conf.target:.3f} ({conf.target_how})" if conf.target is not None else f"target {conf.target_how}"
+    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
     for x in conf.candidates:
         p = x.trial.params
         spread = ""

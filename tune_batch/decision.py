@@ -21,11 +21,11 @@ from tune_batch.report import Report, build_report, tradeoffs
 TIME_TO_TARGET = "time_to_target"
 
 
-def confirm_candidates(report: Report) -> list[TrialResult]:
+def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult]:
     """The configs confirmation trains: those a reading at the short budget cannot tell apart
     (the recommended one, the best in each objective, the nearest to the ideal point); when the
     short trials learned nothing, the feasible configs whose loss fell furthest."""
-    n = report.config.confirm.candidates
+    n = report.config.confirm.candidates if n is None else n
     if n <= 0:
         return []
     if not report.learned:
@@ -44,14 +44,20 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     runs = [r for r in _latest(records) if r.info.confirm_of is not None]
     if not runs:
         return report
-    conf = confirm(config, confirm_candidates(report), runs)
+    # every config with runs, in the order the short budget ranks them (a finished run read with
+    # another confirm.candidates still shows what was confirmed)
+    order = confirm_candidates(report, len(report.points))
+    order += [p.trial for p in report.points.values() if p.trial not in order]
+    conf = confirm(config, order, runs)
     report = dataclasses.replace(report, confirmation=conf, confirm_runs=runs)
     if conf is None or base_prefer is not None:
         return report
     best = conf.best
     if best is None:
-        return dataclasses.replace(report, recommended=None, method="time_to_target: no candidate reached the target",
-                                   notes=[*report.notes, "no confirmed candidate reached the target: no recommendation"])
+        why = ("nothing was learned in the confirmation runs either" if conf.target is None
+               else "no confirmed candidate reached the target")
+        return dataclasses.replace(report, recommended=None, method=f"time_to_target: {why}", tradeoffs={},
+                                   notes=[*report.notes, f"{why}: no recommendation"])
     # the short budget's notes about its own recommendation no longer apply
     stale = ("nothing was learned", "within noise of the recommended", "trade: the recommendation")
     notes = [n for n in report.notes if not n.startswith(stale) and "recommended instead of the knee" not in n]

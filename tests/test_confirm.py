@@ -1,0 +1,123 @@
+"""Confirmation at length: the front's candidates trained again for longer, validated along
+the way; time to target, the short and long ranks, the recommendation from confirmed runs; and
+a search that learned nothing recommends nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tiny_config
+from tune_batch.confirm import confirm, first_reach, kendall_tau
+from tune_batch.decision import decide
+from tune_batch.pareto import parse_prefer
+from tune_batch.records import Status, TrialResult
+from tune_batch.report import render_summary
+from tune_batch.runner import search
+from tune_batch.trial.curve import confirm_run, eval_steps
+
+
+def _rec(tid, sps, acc, b=16, lr=0.01, **info) -> TrialResult:
+    return TrialResult.from_record({
+        "trial_id": tid, "params": {"batch_size": b, "lr": lr, "num_gpus": 1}, "status": "ok",
+        "metrics": {"samples_per_s": sps, "val_acc": acc, "peak_mem_bytes": 2**20 * b},
+        "info": {"seed": 0, "chance_acc": 0.1, **info}})
+
+
+def _curve(accs, step_s=1.0, samples=100):
+    return [[samples * (i + 1), step_s * (i + 1), a, 1.0] for i, a in enumerate(accs)]
+
+
+def test_curve_helpers() -> None:
+    c = _curve([0.2, 0.5, 0.9, 0.95])
+    assert first_reach(c, 0.9) == (3.0, 300)
+    assert first_reach(c, 0.99) is None
+    assert kendall_tau([1, 2, 3], [1, 2, 3]) == 1.0
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
+    assert kendall_tau([1], [1]) is None
+    assert eval_steps(100, 4) == [25, 50, 75, 100]
+    assert eval_steps(3, 16) == [1, 2, 3]
+
+
+OBJ = [{"metric": "samples_per_s"}, {"metric": "val_acc"}]
+
+
+def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
+    cfg = tiny_config(objectives=OBJ)
+    # the short trials: 0 is the knee (fast and accurate); 1 is more accurate, slower per sample
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=16, lr=0.001)]
+    assert decide(cfg, short).recommended.trial_id == 0
+    # at length, batch 16 reaches the target first; batch 64 only later; a third never does
+    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
+            _rec("1c0", 600, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
+    report = decide(cfg, short + runs)
+    conf = report.confirmation
+    assert conf.target == pytest.approx(0.95 * 0.97)
+    assert [c.trial.trial_id for c in conf.candidates] == [1, 0]
+    assert conf.candidates[0].time_to_target_s == 3.0 and conf.candidates[1].time_to_target_s == 4.0
+    assert report.recommended.trial_id == 1 and report.method.startswith("time_to_target")
+    assert conf.agreement == -1.0  # the short budget ranked 0 first, the long runs 1
+    text = render_summary(report)
+    assert "confirmation: 2 candidate(s)" in text and "Kendall's tau -1.00" in text
+    assert "the short trials alone would have recommended trial 0" in text
+    # another objective preferred: the front decides, the confirmation is still shown
+    other = decide(cfg, short + runs, prefer=parse_prefer("samples_per_s", cfg.metric_names))
+    assert other.recommended.trial_id == 0 and other.confirmation is not None
+    assert parse_prefer("time_to_target", cfg.metric_names) == "time_to_target"
+    # a fixed target nobody reaches: said, and nothing recommended
+    none = decide(tiny_config(objectives=OBJ, confirm={"target": 0.99}), short + runs)
+    assert none.recommended is None and all(c.time_to_target_s is None for c in none.confirmation.candidates)
+    assert "never reached it" in render_summary(none)
+
+
+def test_nothing_learned_is_said_and_not_recommended() -> None:
+    cfg = tiny_config(objectives=OBJ)
+    # accuracy at the majority-class rate (0.1 of 300 validation samples): nothing learned
+    recs = [_rec(0, 1000, 0.11, b=64), _rec(1, 600, 0.10, b=16)]
+    report = decide(cfg, recs)
+    assert report.recommended is None and not report.learned
+    assert "nothing was learned" in render_summary(report)
+    # one config beyond chance: learned
+    assert decide(cfg, [*recs, _rec(2, 500, 0.5)]).learned
+
+
+def test_a_confirmation_run_trains_at_length_and_records_its_curve() -> None:
+    cfg = tiny_config(confirm={"train_samples": 2048, "evaluations": 4})
+    r = confirm_run(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, trial_id="0c0", confirm_of=0)
+    assert r.status is Status.OK, r.reason
+    curve = r.info.curve
+    assert [row[0] for row in curve] == [512, 1024, 1536, 2048]
+    assert all(b[1] > a[1] for a, b in zip(curve, curve[1:]))  # training seconds grow
+    assert curve[-1][2] > 0.5 > r.info.chance_acc  # digits is learnt in 2048 samples
+    assert r.info.confirm_of == 0 and r.metrics.val_acc == curve[-1][2]
+
+
+def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path: Path) -> None:
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 4},
+                      confirm={"candidates": 2, "train_samples": 2048, "evaluations": 4})
+    res = search(cfg, tmp_path / "run", quiet=True)
+    pareto = json.loads((tmp_path / "run" / "pareto.json").read_text())
+    conf = pareto["confirmation"]
+    assert len(conf["candidates"]) == 2 and conf["target"] > 0.5
+    assert {"short_rank", "long_rank", "time_to_target_s", "samples_to_target", "curves"} <= set(conf["candidates"][0])
+    assert pareto["recommendation_method"].startswith("time_to_target")
+    assert pareto["recommended_trial_id"] == conf["recommended_trial_id"] == res.recommended.trial_id
+    lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
+    assert sum(1 for line in lines if json.loads(line)["info"].get("confirm_of") is not None) == 2
+    # again on the same directory: nothing left to run, nothing rerun
+    search(cfg, tmp_path / "run", quiet=True)
+    assert len((tmp_path / "run" / "trials.jsonl").read_text().splitlines()) == len(lines)
+
+
+def test_a_search_that_learns_nothing_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # noisy synthetic images at a learning rate far too small to learn anything in 512 samples
+    cfg = tiny_config(search={"backend": "optuna"}, budget={"trials": 2, "train_samples": 512},
+                      data={"name": "synthetic", "resize": 16, "synthetic_samples": 1024, "val_samples": 400},
+                      space={"batch_size": {"min": 16, "max": 32}, "lr": {"low": 1e-7, "high": 2e-7}})
+    res = search(cfg, tmp_path / "run")
+    out = capsys.readouterr().out
+    assert res.recommended is None
+    assert "nothing was learned" in out
+    assert not (tmp_path / "run" / "best.yaml").exists()
