@@ -13,6 +13,7 @@ import math
 from itertools import combinations
 from typing import Any
 
+from tune_batch.confirm import lines as confirm_lines
 from tune_batch.objectives import is_feasible
 from tune_batch.records import Status, TrialResult
 from tune_batch.report import Report, noise_lines, row, tradeoff_lines
@@ -114,6 +115,30 @@ def _parallel(report: Report, data: dict[str, Any]) -> Any:
     return fig
 
 
+def _curves(report: Report) -> Any:
+    """The confirmation runs' validation curves, training seconds on x, the target as a line."""
+    conf = report.confirmation
+    if conf is None or not conf.candidates:
+        return None
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for c in conf.candidates:
+        p = c.trial.params
+        for k, run in enumerate(c.runs):
+            curve = run.info.curve or []
+            fig.add_trace(go.Scatter(
+                x=[0.0] + [row[1] for row in curve], y=[run.info.chance_acc or 0.0] + [row[2] for row in curve],
+                mode="lines+markers", legendgroup=str(c.trial.trial_id), showlegend=k == 0,
+                name=f"trial {c.trial.trial_id}: batch_size {p.batch_size}, lr {p.lr:.3g} (#{c.long_rank})",
+                hovertext=[f"{row[0]:.0f} samples, {row[1]:.2f} s: val_acc {row[2]:.3f}" for row in curve]))
+    if conf.target is not None:
+        fig.add_hline(y=conf.target, line_dash="dash", annotation_text=f"target {conf.target:.3f}")
+    fig.update_layout(title_text="confirmation at length: val_acc against training seconds (validation excluded)",
+                      height=420, width=1350, xaxis_title="training seconds", yaxis_title="val_acc")
+    return fig
+
+
 def render_html(report: Report) -> str:
     """The whole page as a string."""
     import plotly.io as pio
@@ -123,6 +148,9 @@ def render_html(report: Report) -> str:
     par = _parallel(report, data)
     if par is not None:
         parts.append(pio.to_html(par, include_plotlyjs=False, full_html=False, div_id="tb-parallel"))
+    curves = _curves(report)
+    if curves is not None:
+        parts.append(pio.to_html(curves, include_plotlyjs=False, full_html=False, div_id="tb-curves"))
     rows_ = [row(r, report) for r in report.records]
     cols = list(rows_[0]) if rows_ else []
     table = ["<table id='tb-trials'><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
@@ -137,7 +165,7 @@ def render_html(report: Report) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items()))
     rec = report.recommended
     rec_line = (f"recommended: trial {rec.trial_id}: batch_size {rec.params.batch_size}, lr {rec.params.lr:.4g}, "
-                f"num_gpus {rec.params.num_gpus} ({html.escape(report.method)})" if rec else "no feasible trial")
+                f"num_gpus {rec.params.num_gpus} ({html.escape(report.method)})" if rec else "no recommendation" if report.front else "no feasible trial")
     summary = json.dumps({"n_points": data["n_points"], "n_trials": len(report.records), "n_front": len(report.front)})
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>tune_batch report: {html.escape(report.config.name)}</title>
@@ -167,7 +195,8 @@ def _cell(v: Any) -> str:
 
 def _noise_html(report: Report) -> str:
     """The trade-offs (each +- its noise), the noise per objective and the notes, as a list."""
-    lines = [*noise_lines(report), *tradeoff_lines(report), *report.notes]
+    conf = confirm_lines(report.confirmation) if report.confirmation is not None else []
+    lines = [*noise_lines(report), *conf, *tradeoff_lines(report), *report.notes]
     if not lines:
         return ""
     return "<ul id='tb-noise'>" + "".join(f"<li>{html.escape(ln.strip())}</li>" for ln in lines) + "</ul>"

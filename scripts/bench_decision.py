@@ -1,0 +1,195 @@
+"""Does the recommendation train fastest? Regret of the default search (with confirmation)
+against the best config of a fully trained grid, in time to a target accuracy.
+
+--measure   trains every point of a workload's grid (each batch size x a log grid of --lrs
+            learning rates) for --length samples, validating --evaluations times along the way
+            (the confirmation run of tune_batch, trial.curve.confirm_run), and stores the curves
+            with the machine in --table. Minutes here: a script, not a test. Committed:
+            benchmarks/decision_quickstart.json and benchmarks/decision_synthetic.json.
+(default)   for each table and each --seeds seed: runs the default search of that workload as
+            it ships (sampler, repeats and confirmation defaults; search.seed = seed) into a temp
+            dir, then trains its recommendation in full, side by side with the grid's best config
+            (the two interleaved, so machine drift hits both), and reads both times to the target.
+
+target      --target-fraction x the best val_acc any grid point reached (fixed per workload,
+            before any search runs)
+regret      time_to_target(recommended) / time_to_target(grid best), both from the side-by-side
+            pair (inf when the recommendation never reaches the target)
+agree       share of seeds whose recommendation has the modal batch size
+compute     the search's trial-seconds (all its records: trials, repeats, confirmation runs) /
+            the grid's full-training seconds
+
+Usage: python scripts/bench_decision.py [--measure --config C --table T] [--seeds 1 2 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = [REPO / "benchmarks" / "decision_quickstart.json", REPO / "benchmarks" / "decision_synthetic.json"]
+
+
+def lr_grid(low: float, high: float, n: int) -> list[float]:
+    return [float(f"{math.exp(math.log(low) + i * (math.log(high) - math.log(low)) / (n - 1)):.6g}") for i in range(n)]
+
+
+def _full_config(cfg, length: int, evaluations: int):
+    confirm = cfg.confirm.model_copy(update={"train_samples": length, "epochs": None, "evaluations": evaluations})
+    budget = cfg.budget.model_copy(update={"trial_timeout_s": max(cfg.budget.trial_timeout_s, 1800.0)})
+    return cfg.model_copy(update={"confirm": confirm, "budget": budget})
+
+
+def full_run(cfg, params: dict, seed: int = 0) -> dict:
+    """Train ``params`` in full (the confirmation run at the table's length); its record."""
+    from tune_batch.repeats import seeded
+    from tune_batch.trial.curve import confirm_run
+
+    r = confirm_run(seeded(cfg, seed), params, trial_id="full")
+    return r.to_record()
+
+
+def ttt(curve: list, target: float) -> float:
+    for samples, train_s, acc, *_ in curve or []:
+        if acc >= target:
+            return train_s
+    return math.inf
+
+
+def measure(args: argparse.Namespace) -> None:
+    import torch
+
+    from tune_batch.config import load_config
+
+    cfg = _full_config(load_config(args.config), args.length, args.evaluations)
+    lrs = lr_grid(cfg.space.lr.low, cfg.space.lr.high, args.lrs)
+    points = [(b, lr) for b in cfg.space.batch_choices() for lr in lrs]
+    t0, records = time.time(), []
+    for i, (b, lr) in enumerate(points, 1):
+        rec = full_run(cfg, {"batch_size": b, "lr": lr, "num_gpus": 1})
+        records.append(rec)
+        best = max((c[2] for c in rec["info"].get("curve") or []), default=float("nan"))
+        print(f"[{i}/{len(points)}] batch_size {b} lr {lr:.4g}: {rec['status']}, best val_acc {best:.3f}, "
+              f"{rec['info'].get('train_s') or 0:.1f} s of training", flush=True)
+    Path(args.table).write_text(json.dumps({
+        "config_path": str(Path(args.config).resolve().relative_to(REPO)), "config": cfg.to_dict(),
+        "length": args.length, "evaluations": args.evaluations, "lr_grid": lrs,
+        "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "torch": torch.__version__, "device": records[0]["info"].get("device") if records else None},
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": time.time() - t0, "records": records}, indent=1))
+    print(f"wrote {args.table} ({len(records)} points, {time.time() - t0:.0f} s)")
+
+
+def _search(config_path: Path, seed: int, out: Path):
+    from tune_batch.config import load_config
+    from tune_batch.runner import search
+
+    cfg = load_config(config_path, [f"search.seed={seed}"])
+    defaults = type(cfg)()  # the shipped defaults of what the benchmark judges
+    cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"sampler": defaults.search.sampler}),
+                                 "repeats": defaults.repeats,
+                                 "confirm": cfg.confirm if "confirm" in _raw_keys(config_path) else defaults.confirm})
+    t = time.time()
+    res = search(cfg, out, quiet=True)
+    spent = sum(r.duration_s for r in _records(out))
+    return res, spent, time.time() - t
+
+
+def _raw_keys(path: Path) -> set[str]:
+    from tune_batch.yamlio import read_yaml
+
+    return set(read_yaml(path))
+
+
+def _records(run: Path):
+    from tune_batch.records import TrialResult
+
+    return [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()]
+
+
+def one_table(path: Path, seeds: list[int], fraction: float) -> dict:
+    from tune_batch.config import config_from_dict
+
+    table = json.loads(path.read_text())
+    cfg = config_from_dict(table["config"])
+    ok = [r for r in table["records"] if r["status"] == "ok"]
+    best_acc = max(c[2] for r in ok for c in r["info"]["curve"])
+    target = fraction * best_acc
+    times = {(r["params"]["batch_size"], r["params"]["lr"]): ttt(r["info"]["curve"], target) for r in ok}
+    best_point = min(times, key=times.get)
+    grid_s = sum(r["info"].get("train_s") or r["duration_s"] for r in table["records"])
+    grid_cost = sum(r["duration_s"] for r in table["records"])
+    print(f"\n{path.name}: {len(table['records'])} grid points trained for {table['length']} samples "
+          f"({grid_s:.0f} s of training); target val_acc {target:.3f} ({fraction:g} x best {best_acc:.3f}); "
+          f"grid best: batch_size {best_point[0]} lr {best_point[1]:.3g} at {times[best_point]:.2f} s")
+    rows = []
+    for seed in seeds:
+        with tempfile.TemporaryDirectory(prefix="tb-decision-") as tmp:
+            res, spent, wall = _search(REPO / table["config_path"], seed, Path(tmp) / "run")
+        rec = res.recommended
+        if rec is None:
+            rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_cost})
+            print(f"seed {seed}: no recommendation ({wall:.0f} s)")
+            continue
+        params = {"batch_size": rec.params.batch_size, "lr": rec.params.lr, "num_gpus": 1}
+        best = {"batch_size": best_point[0], "lr": best_point[1], "num_gpus": 1}
+        # side by side: the grid's best, then the recommendation, then the grid's best again
+        b1 = ttt(full_run(cfg, best)["info"].get("curve"), target)
+        r1 = ttt(full_run(cfg, params)["info"].get("curve"), target)
+        b2 = ttt(full_run(cfg, best)["info"].get("curve"), target)
+        base = statistics.median([b1, b2])
+        regret = r1 / base if math.isfinite(r1) else math.inf
+        rows.append({"seed": seed, "batch_size": rec.params.batch_size, "lr": rec.params.lr, "regret": regret,
+                     "compute": spent / grid_cost, "how": res.report.method})
+        print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
+              f"({res.report.method.split(':')[0]}); time to target {r1:.2f} s vs grid best {b1:.2f} / {b2:.2f} s: "
+              f"regret {regret:.2f}; search {spent:.0f} trial-s = {spent / grid_cost:.2f} of the grid ({wall:.0f} s wall)",
+              flush=True)
+    return {"name": path.name, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--measure", action="store_true")
+    ap.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"))
+    ap.add_argument("--table", default=None)
+    ap.add_argument("--length", type=int, default=16384, help="samples of full training (--measure)")
+    ap.add_argument("--evaluations", type=int, default=32, help="validations along a full run (--measure)")
+    ap.add_argument("--lrs", type=int, default=5, help="learning rates in the grid (--measure)")
+    ap.add_argument("--tables", nargs="+", default=[str(t) for t in TABLES])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--target-fraction", type=float, default=0.95)
+    args = ap.parse_args()
+    if args.measure:
+        if not args.table:
+            raise SystemExit("--measure needs --table")
+        measure(args)
+        return
+    missing = [t for t in args.tables if not Path(t).exists()]
+    if missing:
+        raise SystemExit(f"{missing} missing: run python scripts/bench_decision.py --measure --config C --table T first")
+    results = [one_table(Path(t), args.seeds, args.target_fraction) for t in args.tables]
+    regrets = [r["regret"] for res in results for r in res["rows"]]
+    agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
+    compute = [r["compute"] for res in results for r in res["rows"]]
+    print("\nregret per workload and seed: " + "; ".join(
+        f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
+    print("grad_noise_scale: not implemented (no goodput objective yet): gns_overhead not measured")
+    print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
+          f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead=nan")
+
+
+if __name__ == "__main__":
+    main()
