@@ -62,7 +62,7 @@ def full_run(cfg, params: dict, seed: int = 0) -> dict:
 
 
 def ttt(curve: list, target: float) -> float:
-    for samples, train_s, acc, *_ in curve or []:
+    for _samples, train_s, acc, *_ in curve or []:
         if acc >= target:
             return train_s
     return math.inf
@@ -160,6 +160,30 @@ def one_table(path: Path, seeds: list[int], fraction: float) -> dict:
     return {"name": path.name, "rows": rows}
 
 
+def gns_overhead(pairs: int) -> tuple[float, float, float]:
+    """Side by side, interleaved: quickstart trials (batch 64, lr 0.04) with the gradient noise
+    scale estimated (budget.gns_batches default) and without (0). Returns (median step-time ratio
+    - 1, its spread as the half range of the ratios, median share of a trial's training seconds
+    the estimate took, outside the window)."""
+    from tune_batch.config import load_config
+    from tune_batch.trial import run_trial
+
+    on = load_config(REPO / "configs" / "quickstart.yaml")
+    off = on.model_copy(update={"budget": on.budget.model_copy(update={"gns_batches": 0})})
+    params = {"batch_size": 64, "lr": 0.04, "num_gpus": 1}
+    ratios, costs = [], []
+    for i in range(pairs):
+        first, second = (on, off) if i % 2 == 0 else (off, on)
+        a, b = run_trial(first, params), run_trial(second, params)
+        r_on, r_off = (a, b) if first is on else (b, a)
+        ratios.append(r_on.metrics.step_time_s / r_off.metrics.step_time_s)
+        costs.append(r_on.info.gns_cost_frac)
+        print(f"gns pair {i + 1}/{pairs}: step time with/without {ratios[-1]:.3f}, estimate took "
+              f"{costs[-1]:.3f} of the trial's training, B_simple {r_on.metrics.grad_noise_scale}", flush=True)
+    spread = (max(ratios) - min(ratios)) / 2
+    return statistics.median(ratios) - 1.0, spread, statistics.median(costs)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true")
@@ -171,6 +195,7 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=[str(t) for t in TABLES])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--target-fraction", type=float, default=0.95)
+    ap.add_argument("--gns-pairs", type=int, default=5, help="side-by-side trial pairs for the GNS overhead")
     args = ap.parse_args()
     if args.measure:
         if not args.table:
@@ -180,15 +205,19 @@ def main() -> None:
     missing = [t for t in args.tables if not Path(t).exists()]
     if missing:
         raise SystemExit(f"{missing} missing: run python scripts/bench_decision.py --measure --config C --table T first")
+    overhead, spread, cost = gns_overhead(args.gns_pairs)
+    print(f"gradient noise scale: step time {overhead:+.3f} (+- {spread:.3f}, half range over {args.gns_pairs} pairs) "
+          f"with it on; it runs after validation, outside the timed window, and took {cost:.3f} of a trial's "
+          f"training seconds (median)")
     results = [one_table(Path(t), args.seeds, args.target_fraction) for t in args.tables]
     regrets = [r["regret"] for res in results for r in res["rows"]]
     agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
     compute = [r["compute"] for res in results for r in res["rows"]]
     print("\nregret per workload and seed: " + "; ".join(
         f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
-    print("grad_noise_scale: not implemented (no goodput objective yet): gns_overhead not measured")
     print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
-          f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead=nan")
+          f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead={overhead:.4f} "
+          f"gns_trial_cost={cost:.4f}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,13 @@ seed (or reads run directories that exist already, with --reuse), then compares 
 recommendations: same batch size with learning rates within a factor of 2, or within the
 noise of each other in every objective (each run's means and 95 % half-widths, combined).
 
+Runs made minutes apart on a shared machine differ by its drift as much as by their configs, so
+the recommendations are also re-measured side by side (--remeasure K rounds: in each round every
+recommended config once, with the round's seed, interleaved) and compared on those runs: within
+noise when every objective's difference is inside the two configs' 95 % half-widths combined.
+
 Usage: python scripts/bench_stability.py [--config configs/quickstart.yaml] [--seeds 1 2 3] [--out DIR] [--reuse]
+                                         [--remeasure 5]
 """
 
 from __future__ import annotations
@@ -38,12 +44,42 @@ def _within_noise(a: dict, b: dict) -> bool:
     return True
 
 
+def remeasure(config_path: str, recs: dict, rounds: int) -> dict:
+    """Each distinct recommended config trained ``rounds`` times, interleaved (round k: every
+    config once with seed k); per config, each objective's mean and 95 % half-width."""
+    from tune_batch.config import load_config
+    from tune_batch.noise import mean_ci
+    from tune_batch.repeats import seeded
+    from tune_batch.trial import run_trial
+
+    cfg = load_config(config_path)
+    objectives = cfg.metric_names
+    configs = {(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()}
+    runs: dict[tuple, list] = {c: [] for c in configs}
+    for k in range(rounds):
+        for b, lr in sorted(configs):
+            res = run_trial(seeded(cfg, k), {"batch_size": b, "lr": lr, "num_gpus": 1})
+            runs[(b, lr)].append(res)
+            shown = ", ".join(f"{m} {res.metrics.value(m) or float('nan'):.4g}" for m in objectives)
+            print(f"  round {k + 1}/{rounds}: batch_size {b} lr {lr:.3g}: {res.status.value} {shown}", flush=True)
+    out = {}
+    for c, rs in runs.items():
+        ok = [r for r in rs if r.status.value == "ok"]
+        stats = {}
+        for m in objectives:
+            mean, ci = mean_ci([r.metrics.value(m) for r in ok]) if ok else (float("nan"), None)
+            stats[m], stats[f"{m}_ci"] = mean, ci
+        out[c] = {"params": {"batch_size": c[0], "lr": c[1]}, "metrics": stats, "objectives": objectives}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--out", default=None, help="where the run directories go (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="read OUT/seedN that exist instead of running them")
+    ap.add_argument("--remeasure", type=int, default=5, help="side-by-side rounds of the recommended configs (0: none)")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="tb-stability-"))
     recs = {}
@@ -70,10 +106,21 @@ def main() -> None:
         print(f"seeds {a} and {b}: recommendations {'within' if ok else 'NOT within'} noise of each other in every objective")
     agree = same_batch >= 2 and lr_ok
     within = all(ok for *_, ok in noise_ok)
+    if args.remeasure > 0 and len({(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()}) > 1:
+        print(f"re-measuring the recommended configs side by side, {args.remeasure} interleaved rounds:")
+        side = remeasure(args.config, recs, args.remeasure)
+        for c, st in sorted(side.items()):
+            shown = ", ".join(f"{m} {st['metrics'][m]:.4g} +- {st['metrics'][f'{m}_ci'] or 0:.3g}" for m in st["objectives"])
+            print(f"  batch_size {c[0]} lr {c[1]:.3g}: {shown}")
+        keyed = {seed: side[(r["params"]["batch_size"], r["params"]["lr"])] for seed, r in recs.items()}
+        side_ok = [(a, b, _within_noise(keyed[a], keyed[b])) for a, b in pairs]
+        for a, b, ok in side_ok:
+            print(f"seeds {a} and {b}, side by side: {'within' if ok else 'NOT within'} noise of each other in every objective")
+        within = all(ok for *_, ok in side_ok)
     print(f"same batch size in {same_batch} of {len(recs)} runs (learning rates within 2x: {lr_ok}); "
           f"all recommendations within noise of each other: {within}")
     print(f"RESULT same_batch={same_batch} runs={len(recs)} lr_within_2x={int(lr_ok)} within_noise={int(within)} "
-          f"stable={int(agree or within)}")
+          f"stable={int(agree or within)} remeasure_rounds={args.remeasure}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.confirm import confirm, first_reach, kendall_tau
+from tune_batch.confirm import first_reach, kendall_tau
 from tune_batch.decision import decide
 from tune_batch.pareto import parse_prefer
 from tune_batch.records import Status, TrialResult
@@ -121,3 +121,42 @@ def test_a_search_that_learns_nothing_says_so(tmp_path: Path, capsys: pytest.Cap
     assert res.recommended is None
     assert "nothing was learned" in out
     assert not (tmp_path / "run" / "best.yaml").exists()
+
+
+def test_gradient_noise_scale_recovers_a_known_one() -> None:
+    import torch
+    from torch import nn
+
+    from tune_batch.trial.gns import efficiency, noise_scale
+
+    # one weight, inputs 1, loss mean(out * y): the per-sample gradient is y, so |G|^2 = E[y]^2
+    # and tr(Sigma) = Var(y); with y ~ N(1, 3^2), B_simple = 9
+    class Product(nn.Module):
+        def forward(self, out, y):
+            return (out.squeeze(1) * y).mean()
+
+    g = torch.Generator().manual_seed(0)
+
+    def batches():
+        while True:
+            yield torch.ones(64, 1), 1.0 + 3.0 * torch.randn(64, generator=g)
+
+    model = nn.Linear(1, 1, bias=False)
+    est = noise_scale(model, batches(), torch.device("cpu"), Product(), 2000)
+    assert est.small_batch == 32 and est.batches == 2000
+    assert est.b_simple == pytest.approx(9.0, rel=0.15)
+    assert est.grad_sq == pytest.approx(1.0, rel=0.2) and est.trace_sigma == pytest.approx(9.0, rel=0.1)
+    assert efficiency(9.0, 16, 16) == 1.0 and efficiency(9.0, 64, 16) == pytest.approx(25 / 73)
+
+
+def test_every_ok_trial_has_a_noise_scale_and_goodput() -> None:
+    from tune_batch.trial import run_trial
+
+    cfg = tiny_config()
+    r = run_trial(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    assert r.status is Status.OK, r.reason
+    m = r.metrics
+    assert m.grad_noise_scale is not None and m.grad_noise_scale > 0, r.info.gns_note
+    eff = r.info.statistical_efficiency
+    assert 0 < eff <= 1 and m.goodput == pytest.approx(m.samples_per_s * eff)
+    assert r.info.gns_batches == 4 and r.info.gns_small_batch == 16

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tune_batch.errors import DeviceMonitorError
 from tune_batch.measure.flops import datasheet_peak, measure_peak, model_flops_per_sample
 from tune_batch.measure.nvml import GpuSample, GpuSampler, samples_in_window
 from tune_batch.trial import bottleneck, run_trial
@@ -150,13 +149,30 @@ def test_gpu_sampler_prefers_in_window_driver_samples() -> None:
     assert w.activity("sm_active") == 0.25 and w.activity("tensor_active") == 0.0 and w.gpm_note is None
 
 
-def test_gpu_sampler_turns_read_errors_into_our_error() -> None:
+def test_an_nvml_read_error_in_the_window_keeps_the_trial_and_says_so() -> None:
+    reads = iter(range(3))
+
     def reader() -> dict:
+        i = next(reads, None)
+        if i is None:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return {0: GpuSample(t_s=time.perf_counter(), util_frac=0.5, mem_used_bytes=1, power_w=None, energy_mj=None)}
+
+    with GpuSampler([0], interval_s=0.001, reader=reader) as s:
+        s.mark_start()
+        time.sleep(0.05)
+        s.mark_end()
+    w = s.window
+    assert w.device_util == 0.5 and w.n_samples == 3  # what was read before the error counts
+    assert "NVML read failed during the window after 3 sample(s): NVML_ERROR_GPU_IS_LOST" in w.note
+
+    def lost() -> dict:
         raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
 
-    with pytest.raises(DeviceMonitorError, match="GPU sampling failed: NVML_ERROR_GPU_IS_LOST"):
-        with GpuSampler([0], interval_s=0.001, reader=reader):
-            time.sleep(0.05)
+    with GpuSampler([0], interval_s=0.001, reader=lost) as s:
+        time.sleep(0.02)
+    assert s.window.device_util is None
+    assert "after 0 sample(s)" in s.window.telemetry()["device_util_note"]
 
 
 def test_datasheet_peaks() -> None:

@@ -192,6 +192,9 @@ class BudgetConfig(_Section):
     and val_acc still see exactly ``train_samples``. 0 turns it off."""
     trial_timeout_s: float = Field(600.0, gt=0)
     """A trial still running after this many seconds ends as failed."""
+    gns_batches: int = Field(4, ge=0, le=1000)
+    """Batches the gradient noise scale is estimated on, after validation (0: not estimated;
+    then goodput is not measured)."""
 
 
 class ResourcesConfig(_Section):

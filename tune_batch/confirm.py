@@ -113,8 +113,8 @@ class Confirmation:
         first = self.candidates[0] if self.candidates else None
         return first if first is not None and first.time_to_target_s is not None else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target_metric": TARGET_METRIC, "target": self.target, "target_how": self.target_how,
+    def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
+        return {"prediction": predictions(self, others), "target_metric": TARGET_METRIC, "target": self.target, "target_how": self.target_how,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "candidates": [c.to_dict() for c in self.candidates],
@@ -166,6 +166,46 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     return Confirmation(target, how, length, out, tau, failed)
 
 
+def _e_min(c: Candidate) -> float | None:
+    """The fewest samples to the target implied by a confirmed candidate (McCandlish et al.:
+    samples = E_min x (1 + B / B_noise)), from its time to target and its trial's B_noise."""
+    b_noise = c.trial.metrics.grad_noise_scale
+    if c.samples_to_target is None or not b_noise:
+        return None
+    return c.samples_to_target / (1.0 + c.trial.params.batch_size / b_noise)
+
+
+def predict_time(trial: TrialResult, e_min: float) -> float | None:
+    """Predicted training seconds to the target of a config: E_min x (1 + B / B_noise) samples
+    at its measured samples/s."""
+    b_noise, sps = trial.metrics.grad_noise_scale, trial.metrics.samples_per_s
+    if not b_noise or not sps:
+        return None
+    return e_min * (1.0 + trial.params.batch_size / b_noise) / sps
+
+
+def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, Any]:
+    """Time to target predicted from the gradient noise scale: for each confirmed candidate from
+    the other candidates (leave one out: predicted against measured), and for ``others`` (e.g.
+    the unconfirmed front) from all of them."""
+    e = {c.trial.trial_id: _e_min(c) for c in conf.candidates}
+    checked = []
+    for c in conf.candidates:
+        rest = [v for k, v in e.items() if k != c.trial.trial_id and v is not None]
+        pred = predict_time(c.trial, statistics.median(rest)) if rest else None
+        checked.append({"trial_id": c.trial.trial_id, "predicted_s": pred, "measured_s": c.time_to_target_s,
+                        "ratio": pred / c.time_to_target_s if pred and c.time_to_target_s else None})
+    every = [v for v in e.values() if v is not None]
+    confirmed = {c.trial.trial_id for c in conf.candidates}
+    unconfirmed = {str(t.trial_id): predict_time(t, statistics.median(every)) for t in others
+                   if t.trial_id not in confirmed} if every else {}
+    ratios = [x["ratio"] for x in checked if x["ratio"] is not None]
+    return {"confirmed": checked, "unconfirmed": unconfirmed,
+            "within_1_5x": f"{sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)} of {len(ratios)}",
+            "model": "samples to target = E_min x (1 + batch_size / grad_noise_scale); E_min from the other "
+                     "confirmed candidates (median); time = samples / the trial's samples_per_s"}
+
+
 def lines(conf: Confirmation) -> list[str]:
     """The confirmation in the summary's words: per candidate its time to target (or that it
     never reached it), then the ranks' agreement."""
@@ -184,6 +224,12 @@ def lines(conf: Confirmation) -> list[str]:
     if conf.agreement is not None:
         out.append(f"  short vs long budget ranks: Kendall's tau {conf.agreement:+.2f} "
                    f"({'the short trials ranked these candidates as the long runs did' if conf.agreement == 1 else 'the short trials alone would have ranked them differently'})")
+    pred = predictions(conf, [])
+    shown = [f"trial {x['trial_id']} {x['predicted_s']:.2f} s vs {x['measured_s']:.2f} s"
+             for x in pred["confirmed"] if x["ratio"] is not None]
+    if shown:
+        out.append(f"  time to target predicted from the gradient noise scale (leave one out) vs measured: "
+                   f"{'; '.join(shown)} ({pred['within_1_5x']} within 1.5x)")
     for r in conf.failed:
         out.append(f"  confirmation run {r.trial_id} ended {r.status.value}: {r.reason}")
     return out

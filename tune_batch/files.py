@@ -47,7 +47,7 @@ def pareto_payload(report: Report) -> dict[str, object]:
         "noise": {m: level.to_dict() for m, level in report.noise.items()},
         "notes": report.notes,
         "learned": report.learned,
-        "confirmation": report.confirmation.to_dict() if report.confirmation is not None else None,
+        "confirmation": report.confirmation.to_dict(report.front) if report.confirmation is not None else None,
         "trials": [_front_entry(report, r) for r in report.front],
     }
 

@@ -14,4 +14,5 @@ OBJECTIVE_METRICS: dict[str, str] = {
     "peak_mem_bytes": "minimize",
     "data_wait_frac": "minimize",
     "duration_s": "minimize",
+    "goodput": "maximize",
 }

@@ -97,6 +97,8 @@ class Metrics(_Flat):
     step_time_s: float | None = None
     energy_j_per_sample: float | None = None
     scaling_efficiency: float | None = None
+    grad_noise_scale: float | None = None  # B_simple = tr(Sigma) / |G|^2 at the end of the trial
+    goodput: float | None = None  # samples_per_s x the statistical efficiency of the batch
     duration_s: float | None = None
     other: dict[str, Any] = field(default_factory=dict)
 
@@ -173,6 +175,15 @@ class TrialInfo(_Flat):
     peak_flops_per_s: float | None = None
     peak_source: str | None = None
     mfu_flag: str | None = None
+    # gradient noise scale (after validation, like the profiler)
+    statistical_efficiency: float | None = None
+    gns_note: str | None = None
+    gns_batches: int | None = None
+    gns_small_batch: int | None = None
+    gns_grad_sq: float | None = None
+    gns_trace_sigma: float | None = None
+    gns_s: float | None = None
+    gns_cost_frac: float | None = None  # its seconds / the trial's training seconds (outside the window)
     # verdict
     bottleneck: str | None = None
     suggestion: str | None = None

@@ -19,7 +19,8 @@ from tune_batch.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
 METRIC_COLUMNS = ("samples_per_s", "device_util", "val_acc", "mfu", "model_flops_per_s", "peak_mem_bytes",
-                  "data_wait_frac", "scaling_efficiency", "step_time_s", "timed_s", "duration_s")
+                  "data_wait_frac", "scaling_efficiency", "grad_noise_scale", "goodput", "step_time_s", "timed_s",
+                  "duration_s")
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,13 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
     if k is not None and prefer is None:
         k, notes = _accuracy_guard(feas, front_pts, k, metrics)
     notes += _within_noise_notes(front_pts, k, metrics)
+    unmeasured = [r for r in searched if r.status is Status.OK and not r.metrics.has_finite(metrics)]
+    if unmeasured:
+        missing = sorted({m for r in unmeasured for m in metrics if r.metrics.value(m) is None
+                          or not math.isfinite(r.metrics.value(m) or 0.0)})
+        why = next((r.info.device_util_note for r in unmeasured if r.info.device_util_note), None)
+        notes.append(f"{len(unmeasured)} ok trial(s) lack an objective ({', '.join(missing)}"
+                     + (f": {why}" if why else "") + "): measured, but not on the front")
     empty = nothing_learned(config, front_pts, latest)
     if empty:
         k, notes = None, [empty]

@@ -96,6 +96,23 @@ def _check_local_gpu_choices(config: Config) -> None:
                           f"include 1 (or a count it has), or search on a cluster with --address")
 
 
+def check_device_util(config: Config, gpus: int) -> None:
+    """With ``device_util`` an objective on a machine with GPUs, NVML must open here; else every
+    trial would end without it and none could be on the front: refused before anything runs."""
+    if "device_util" not in config.metric_names or gpus == 0:
+        return
+    from tune_batch.errors import DeviceMonitorError
+    from tune_batch.measure.nvml import NvmlReader
+
+    try:
+        NvmlReader([0])
+    except DeviceMonitorError as e:
+        others = [m for m in config.metric_names if m != "device_util"] or ["samples_per_s"]
+        raise ConfigError(f"objectives: device_util is read through NVML, which does not work here ({e}); "
+                          f"fix the driver or nvidia-ml-py, or search without it: --set "
+                          f"'objectives=[{', '.join('{metric: ' + m + '}' for m in others)}]'") from e
+
+
 def _one_worker_only(config: Config, progress: Progress) -> Config:
     """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped."""
     if all(n == 1 for n in config.space.num_gpus):
@@ -144,19 +161,23 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
     policy = Policy(config, done)
     plan_repeats = partial(_plan_repeats, config, run_dir)
     plan_confirm = partial(_plan_confirm, config, run_dir)
+    # a continued search draws other random proposals than its first part did (the same seed
+    # would start the sampler's random stream again and re-propose points already measured)
+    sampler_seed = config.search.seed + len(done)
     with quiet_libraries(verbose):
         if config.search.backend == "optuna":
             from tune_batch.backends import optuna as optuna_backend
 
             optuna_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
                                       study_name=name, progress=progress, policy=policy, fresh=fresh,
-                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm)
+                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed)
         else:
             from tune_batch.backends import ray as ray_backend
 
             ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
                                    policy=policy, address=address or config.search.address, verbose=verbose,
-                                   fresh=fresh, plan_repeats=plan_repeats, plan_confirm=plan_confirm)
+                                   fresh=fresh, plan_repeats=plan_repeats, plan_confirm=plan_confirm,
+                                   sampler_seed=sampler_seed)
 
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
@@ -186,8 +207,12 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
 
         seam.open_storage(storage_url)
     check_address(address or config.search.address)
-    if not (address or config.search.address) and config.search.backend == "ray":
-        _check_local_gpu_choices(config)
+    if not (address or config.search.address):
+        import torch
+
+        check_device_util(config, torch.cuda.device_count())
+        if config.search.backend == "ray":
+            _check_local_gpu_choices(config)
     with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
         return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
                               study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)

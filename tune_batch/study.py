@@ -44,9 +44,12 @@ def annotate(trial: optuna.Trial | optuna.trial.FrozenTrial | Any, result: Trial
 
 def answer(config: Config, result: TrialResult) -> list[float] | None:
     """What Optuna is told: the objective values (finite sentinels for infeasible trials), or
-    None for a ``failed`` trial (a FAIL; its reason is in the user attributes)."""
+    None for a ``failed`` trial and for an ``ok`` one missing an objective (a FAIL: the sampler
+    learns nothing false from it; the reason is in the user attributes)."""
     if result.status is Status.FAILED:
         return None
+    if result.status is Status.OK and not result.metrics.has_finite(config.metric_names):
+        return None  # an objective was not measured (e.g. NVML unreadable): not a bad point, no point
     return objectives.values(config, result)
 
 

@@ -118,11 +118,12 @@ def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | Conf
 
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
                policy: Policy, fresh: bool = True, plan_repeats: Callable[[], list[RepeatJob]] | None = None,
-               plan_confirm: Callable[[], list[ConfirmJob]] | None = None) -> None:
+               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None) -> None:
     """Run ``config.budget.trials`` trials in this process on the stored study, then the
     repeats ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for."""
     if config.budget.trials > 0:
-        sampler = make_sampler(config.search.sampler, config.search.seed, config.budget.trials)
+        seed = config.search.seed if sampler_seed is None else sampler_seed
+        sampler = make_sampler(config.search.sampler, seed, config.budget.trials)
         study = seam.create(config, storage, study_name, sampler)
         if fresh and not study.trials:
             for point in space_mod.seed_points(config, [1]):

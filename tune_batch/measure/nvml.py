@@ -117,6 +117,8 @@ class GpuWindow:
                 out[name] = self.activity(name)
         if self.gpm_note:
             out["gpm"] = self.gpm_note
+        if self.note and self.device_util is None:
+            out["device_util_note"] = self.note
         if self.energy_j is not None:
             out["energy_j"] = self.energy_j
         return out
@@ -322,9 +324,10 @@ class GpuSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        if self._error is not None:
-            raise DeviceMonitorError(f"GPU sampling failed: {self._error}") from self._error
         samples, in_window, note = self._samples, None, None
+        if self._error is not None:  # what was read before the error still counts; the note says so
+            n = sum(len(v) for v in samples.values())
+            note = f"NVML read failed during the window after {n} sample(s): {self._error}"
         if len(self._marks) == 2:
             (p0, e0), (p1, e1) = self._marks
             kept = {i: [s for s in per if p0 <= s.t_s <= p1] for i, per in samples.items()}

@@ -25,6 +25,7 @@ from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective, derive
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
 from tune_batch.trial.faults import classify
+from tune_batch.trial.gns import NoiseScale, efficiency, noise_scale
 from tune_batch.trial.loop import Stepper, cycle, make_optimizer, prime
 from tune_batch.trial.setup import (
     MemoryCap,
@@ -53,6 +54,7 @@ class _Trained:
     final_loss: float
     short_batches: int
     profile_step_s: float | None
+    gns: NoiseScale | None
     data: str
     sample_shape: tuple[int, ...]
 
@@ -90,7 +92,10 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
         chance = chance_rate(ds.val) if val_acc is not None else None
         final_loss, short = stepper.last_loss, stepper.short_batches
         prof_s = profile_steps(stepper, config, trace_dir) if plan.profiled and trace_dir is not None else None
-    return _Trained(window, peak, method, val_acc, chance, final_loss, short, prof_s, ds.description,
+        # the bare model (no all-reduce): rank 0's own batches, like its validation
+        gns = (noise_scale(model, stepper.batches, device, stepper.loss_fn, config.budget.gns_batches)
+               if validate and placement.rank == 0 else None)
+    return _Trained(window, peak, method, val_acc, chance, final_loss, short, prof_s, gns, ds.description,
                     tuple(ds.train[0][0].shape))
 
 
@@ -115,6 +120,25 @@ def _utilization(t: _Trained, device: torch.device) -> tuple[float | None, dict[
     return w.gpu.device_util, dict(w.gpu.telemetry())
 
 
+def _gns(config: Config, params: Params, est: NoiseScale | None,
+         train_s: float) -> tuple[float | None, float | None, dict[str, Any]]:
+    """(B_simple, the batch's statistical efficiency against the space's smallest batch, info).
+    Signal not above noise in the sampled batches: B_noise beyond measure, efficiency 1 (the
+    large-noise limit); noise not measurable: B_noise 0, efficiency base / batch."""
+    if est is None:
+        return None, None, {"gns_note": "not estimated (budget.gns_batches = 0, or batches of 1)"}
+    base = min(config.space.batch_choices())
+    info = {"gns_batches": est.batches, "gns_small_batch": est.small_batch, "gns_grad_sq": est.grad_sq,
+            "gns_trace_sigma": est.trace_sigma, "gns_s": est.seconds,
+            "gns_cost_frac": est.seconds / train_s if train_s > 0 else None}
+    if est.b_simple is not None:
+        return est.b_simple, efficiency(est.b_simple, params.batch_size, base), info
+    if est.grad_sq <= 0:
+        return None, 1.0, {**info, "gns_note": "gradient signal not above its noise in these batches: B_noise "
+                                               "beyond measure, efficiency 1"}
+    return None, base / params.batch_size, {**info, "gns_note": "no gradient noise measured: B_noise 0"}
+
+
 def _record(config: Config, params: Params, plan: StepPlan, placement: Placement, device: torch.device,
             t: _Trained, cap: MemoryCap, extra: dict[str, Any] | None, trace_dir: Path | None,
             start: float) -> TrialResult:
@@ -131,7 +155,8 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     wait_frac = min(1.0, wait_s / window_s)
     verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
-    metrics = Metrics(samples_per_s=sps, samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
+    gns, eff, gns_info = _gns(config, params, t.gns, step_s * plan.total)
+    metrics = Metrics(grad_noise_scale=gns, goodput=sps * eff if eff is not None else None, samples_per_s=sps, samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
                       model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, data_wait_frac=wait_frac,
                       timed_s=window_s, step_time_s=step_s,
                       energy_j_per_sample=energy / samples if energy is not None else None,
@@ -151,8 +176,8 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
         profiler_overhead=t.profile_step_s / step_s - 1.0 if t.profile_step_s is not None else None,
         model_flops_per_sample=mfu.model_flops_per_sample,
         peak_flops_per_s=mfu.peak_flops_per_s, peak_source=mfu.peak_source, mfu_flag=mfu.flag,
-        bottleneck=verdict[0], suggestion=verdict[1],
-    ).with_(**telemetry)
+        bottleneck=verdict[0], suggestion=verdict[1], statistical_efficiency=eff,
+    ).with_(**telemetry, **gns_info)
     return TrialResult(None, params, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
 
 

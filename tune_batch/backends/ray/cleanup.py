@@ -1,8 +1,13 @@
-"""Worker-group reservations orphaned by a trial process that was ended, found and released."""
+"""Worker-group reservations orphaned by a trial process that was ended, found and released;
+and the temp dirs (and Ray processes) a killed search left behind, swept at the next start."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
+import signal
 import time
 from typing import Any
 
@@ -61,3 +66,55 @@ class GroupSweeper(tune.Callback):
             if not self._warned:
                 self._warned = True
                 log.warning("could not check for orphaned worker groups: %s: %s", type(e).__name__, e)
+
+
+OWNER = "tune_batch.pid"  # in a local session's temp dir: the PID of the search that made it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def _processes_naming(path: str) -> list[int]:
+    """PIDs whose command line names ``path`` (Ray's processes carry their session dir)."""
+    out = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if path.encode() in f.read():
+                    out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
+def sweep_stale(root: str) -> list[str]:
+    """Remove the temp dirs of local sessions whose search process is gone (killed with SIGKILL,
+    so it never cleaned up), after stopping any Ray process still running from them. Only dirs
+    holding an owner file this user can read are touched. Returns the dirs removed."""
+    removed = []
+    for name in os.listdir(root) if os.path.isdir(root) else []:
+        path = os.path.join(root, name)
+        if not name.startswith("tb-") or not os.path.isdir(path):
+            continue
+        try:
+            with open(os.path.join(path, OWNER), encoding="ascii") as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if _alive(pid):
+            continue
+        for leftover in _processes_naming(path):
+            with contextlib.suppress(OSError):
+                os.kill(leftover, signal.SIGKILL)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed

@@ -48,13 +48,13 @@ def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], 
 
 
 def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any, study_name: str, progress: Progress,
-            policy: Policy, verbose: bool, fresh: bool) -> None:
+            policy: Policy, verbose: bool, fresh: bool, sampler_seed: int) -> None:
     searcher = ConstrainedOptunaSearch(
         partial(define_by_run, space=config.space, gpu_choices=plan.gpu_choices),
         points_to_evaluate=seed_points(config, plan.gpu_choices) if fresh else None,
         metric=config.metric_names,
         mode=["max" if is_maximize(d) else "min" for d in config.directions],
-        sampler=make_sampler(config.search.sampler, config.search.seed, config.budget.trials),
+        sampler=make_sampler(config.search.sampler, sampler_seed, config.budget.trials),
         storage=storage, study_name=study_name, config=config, policy=policy,
     )
     trainable = tune.with_resources(
@@ -88,7 +88,7 @@ def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress, policy: Policy,
                address: str | None = None, verbose: bool = False, fresh: bool = True,
                plan_repeats: Callable[[], list[RepeatJob]] | None = None,
-               plan_confirm: Callable[[], list[ConfirmJob]] | None = None) -> None:
+               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None) -> None:
     """Run (or continue) the search of ``config`` on Ray Tune, then the repeats of front
     candidates ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for,
     in the same Ray session; records go to ``run_dir``."""
@@ -97,7 +97,8 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         _announce(config, plan, cluster, progress)
         if config.budget.trials > 0:
             _search(config, run_dir, plan, storage=storage, study_name=study_name, progress=progress, policy=policy,
-                    verbose=verbose, fresh=fresh)
+                    verbose=verbose, fresh=fresh,
+                    sampler_seed=config.search.seed if sampler_seed is None else sampler_seed)
         jobs = plan_repeats() if plan_repeats is not None else []
         if jobs:
             progress.repeating(len(jobs))

@@ -15,6 +15,7 @@ from typing import Any
 
 import ray
 
+from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
 from tune_batch.errors import UserError
 from tune_batch.signals import sigterm_as_sigint
 
@@ -78,7 +79,12 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
     if address:
         kwargs["address"] = address
     else:  # socket paths have a length limit: keep the temp dir short
-        temp = tempfile.mkdtemp(prefix="tb-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        root = "/tmp" if os.path.isdir("/tmp") else tempfile.gettempdir()
+        for stale in sweep_stale(root):
+            logging.getLogger("tune_batch").info("removed %s, left by a search that was killed", stale)
+        temp = tempfile.mkdtemp(prefix="tb-", dir=root)
+        with open(os.path.join(temp, OWNER), "w", encoding="ascii") as f:
+            f.write(str(os.getpid()))
         kwargs.update(_temp_dir=temp, num_cpus=os.cpu_count(), dashboard_host="127.0.0.1",
                       _node_ip_address="127.0.0.1")
     try:

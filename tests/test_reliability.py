@@ -1,0 +1,83 @@
+"""What a killed or continued search leaves behind: stale temp dirs and Ray processes swept at
+the next start; a continued search does not re-propose the points it already measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import tiny_config
+from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
+from tune_batch.runner import search
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_session_dirs_and_their_processes_are_swept(tmp_path: Path) -> None:
+    stale, live, foreign = tmp_path / "tb-stale", tmp_path / "tb-live", tmp_path / "tb-foreign"
+    for d in (stale, live, foreign):
+        d.mkdir()
+    (stale / OWNER).write_text(str(_dead_pid()))
+    (live / OWNER).write_text(str(os.getpid()))  # this process: alive
+    # a leftover process of the stale session (its command line names the session dir)
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(stale / "session")])
+    try:
+        time.sleep(0.2)
+        removed = sweep_stale(str(tmp_path))
+        assert removed == [str(stale)]
+        assert not stale.exists() and live.exists() and foreign.exists()  # no owner file: not ours to touch
+        assert leftover.wait(timeout=10) != 0  # killed
+    finally:
+        if leftover.poll() is None:
+            leftover.kill()
+
+
+def test_a_continued_search_does_not_repropose_measured_points(tmp_path: Path) -> None:
+    cfg = tiny_config(search={"backend": "optuna", "sampler": "random", "seed": 0}, budget={"trials": 2})
+    search(cfg, tmp_path / "run", quiet=True)
+    more = tiny_config(search={"backend": "optuna", "sampler": "random", "seed": 0}, budget={"trials": 4})
+    search(more, tmp_path / "run", quiet=True)
+    recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
+    points = [(r["params"]["batch_size"], r["params"]["lr"]) for r in recs]
+    assert len(points) == 4 and len(set(points)) == 4, points
+
+
+def test_device_util_without_nvml_is_refused_before_anything_runs(monkeypatch) -> None:
+    import pytest
+
+    from tune_batch.errors import ConfigError, DeviceMonitorError
+    from tune_batch.measure import nvml
+    from tune_batch.runner import check_device_util
+
+    def broken(indices):
+        raise DeviceMonitorError("NVML could not open the trial's GPUs [0]: Driver Not Loaded")
+
+    monkeypatch.setattr(nvml, "NvmlReader", broken)  # the hardware we lack: NVML on a GPU machine
+    cfg = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "device_util"}])
+    with pytest.raises(ConfigError, match="device_util is read through NVML, which does not work here.*Driver Not "
+                                          "Loaded.*objectives=\\[\\{metric: samples_per_s\\}\\]"):
+        check_device_util(cfg, gpus=1)
+    check_device_util(cfg, gpus=0)  # a CPU: device_util is the CPU's, no NVML needed
+    check_device_util(tiny_config(objectives=[{"metric": "samples_per_s"}]), gpus=1)
+
+
+def test_an_ok_trial_missing_an_objective_is_not_told_as_a_bad_point() -> None:
+    from tune_batch import study as seam
+    from tune_batch.records import TrialResult
+    from tune_batch.report import build_report
+
+    cfg = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "device_util"}])
+    rec = TrialResult.from_record({"trial_id": 0, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1},
+                                   "status": "ok", "metrics": {"samples_per_s": 100.0},
+                                   "info": {"device_util_note": "NVML read failed during the window after 0 sample(s)"}})
+    assert seam.answer(cfg, rec) is None  # a FAIL for Optuna, not a 0.0
+    report = build_report(cfg, [rec])
+    assert any("1 ok trial(s) lack an objective (device_util: NVML read failed" in n for n in report.notes)

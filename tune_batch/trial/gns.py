@@ -1,0 +1,84 @@
+"""The gradient noise scale (McCandlish et al. 2018, "An Empirical Model of Large-Batch
+Training"), B_simple = tr(Sigma) / |G|^2, and the statistical efficiency it gives a batch size
+(Pollux, Qiao et al. 2021).
+
+Measured after validation, like the profiler (so it never touches the training ``val_acc``
+sees), on a few of the trial's own batches, without an optimizer step: each batch's gradient is
+taken on its first half (batch b) and on the whole (2b), from one backward pass per half. The
+unbiased estimates of |G|^2 and tr(Sigma) from the two batch sizes are averaged over the batches
+separately, and the ratio is taken last (the ratio of noisy estimates per batch is biased).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class NoiseScale:
+    """B_simple (None when the gradient's signal is not above its noise in these batches), the
+    two averaged estimates it is made of, and what it cost."""
+
+    b_simple: float | None
+    grad_sq: float  # |G|^2 estimate
+    trace_sigma: float  # tr(Sigma) estimate (per-sample gradient variance, summed over parameters)
+    batches: int
+    small_batch: int
+    seconds: float
+
+
+def _grad_sq(params: list[nn.Parameter], scale: float = 1.0) -> float:
+    total = torch.zeros((), dtype=torch.float64, device=params[0].device)
+    for p in params:
+        if p.grad is not None:
+            total += (p.grad.detach().to(torch.float64) * scale).pow(2).sum()
+    return float(total)
+
+
+def noise_scale(model: nn.Module, batches: Iterator[Any], device: torch.device, loss_fn: nn.Module,
+                n_batches: int) -> NoiseScale | None:
+    """Estimate B_simple on ``n_batches`` batches (None with fewer than 2 samples per batch)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params or n_batches <= 0:
+        return None
+    t0 = time.perf_counter()
+    grad_sq, trace = [], []
+    b = 0
+    for _ in range(n_batches):
+        x, y = next(batches)
+        b = len(y) // 2
+        if b < 1:
+            return None
+        x, y = x[: 2 * b].to(device), y[: 2 * b].to(device)
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x[:b]), y[:b]).backward()  # .grad: the first half's mean gradient
+        small = _grad_sq(params)
+        loss_fn(model(x[b:]), y[b:]).backward()  # .grad: the sum of both halves' mean gradients
+        big = _grad_sq(params, 0.5)  # the whole batch's mean gradient
+        b_small, b_big = b, 2 * b
+        grad_sq.append((b_big * big - b_small * small) / (b_big - b_small))
+        trace.append((small - big) / (1.0 / b_small - 1.0 / b_big))
+    model.zero_grad(set_to_none=True)
+    g2, s = statistics.fmean(grad_sq), statistics.fmean(trace)
+    b_simple = s / g2 if g2 > 0 and s > 0 else None
+    return NoiseScale(b_simple, g2, s, n_batches, b, time.perf_counter() - t0)
+
+
+def efficiency(b_noise: float | None, batch: int, base: int) -> float | None:
+    """Statistical efficiency of ``batch`` against the base batch: progress per sample relative
+    to training at ``base`` (Pollux: (B_noise + base) / (B_noise + batch)); 1 at the base."""
+    if b_noise is None:
+        return None
+    return (b_noise + base) / (b_noise + batch)
+
+
+def samples_factor(b_noise: float, batch: int) -> float:
+    """Samples to a given loss relative to the fewest possible (McCandlish et al.): 1 + B / B_noise."""
+    return 1.0 + batch / b_noise
