@@ -159,9 +159,7 @@ def test_an_nvml_read_error_in_the_window_keeps_the_trial_and_says_so() -> None:
         return {0: GpuSample(t_s=time.perf_counter(), util_frac=0.5, mem_used_bytes=1, power_w=None, energy_mj=None)}
 
     with GpuSampler([0], interval_s=0.001, reader=reader) as s:
-        s.mark_start()
         time.sleep(0.05)
-        s.mark_end()
     w = s.window
     assert w.device_util == 0.5 and w.n_samples == 3  # what was read before the error counts
     assert "NVML read failed during the window after 3 sample(s): NVML_ERROR_GPU_IS_LOST" in w.note
