@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -81,3 +82,62 @@ def test_an_ok_trial_missing_an_objective_is_not_told_as_a_bad_point() -> None:
     assert seam.answer(cfg, rec) is None  # a FAIL for Optuna, not a 0.0
     report = build_report(cfg, [rec])
     assert any("1 ok trial(s) lack an objective (device_util: NVML read failed" in n for n in report.notes)
+
+
+def _tree(root: int) -> set[int]:
+    """``root`` and every process descended from it (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, grew = {root}, True
+    while grew:
+        more = {p for p, pp in parents.items() if pp in tree and p not in tree}
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
+def _listeners(pids: set[int]) -> list[tuple[str, str]]:
+    """(local address, process) of every TCP listener owned by ``pids`` (ss -ltnp)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split()
+        owners = [int(p) for p in re.findall(r"pid=(\d+)", line)]
+        if any(p in pids for p in owners):
+            found.append((parts[3], line.split("users:")[-1][:60]))
+    return found
+
+
+def test_a_local_search_listens_on_loopback_only(tmp_path: Path) -> None:
+    import shutil
+
+    import pytest
+
+    if shutil.which("ss") is None:
+        pytest.skip("needs ss (iproute2)")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(json.dumps({**tiny_config(budget={"trials": 3, "train_samples": 4096}).to_dict()}))
+    proc = subprocess.Popen([sys.executable, "-m", "tune_batch", "search", str(cfg), "--output", str(tmp_path / "run"),
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    seen: dict[str, str] = {}
+    try:
+        deadline = time.time() + 240
+        while proc.poll() is None and time.time() < deadline:
+            for addr, who in _listeners(_tree(proc.pid)):
+                seen[addr] = who
+            time.sleep(0.5)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert len(seen) >= 3, seen  # gcs, raylet, workers, agents: Ray was seen listening
+    exposed = {a: w for a, w in seen.items() if not a.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:"))}
+    assert not exposed, exposed

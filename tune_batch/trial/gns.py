@@ -4,9 +4,10 @@ Training"), B_simple = tr(Sigma) / |G|^2, and the statistical efficiency it give
 
 Measured after validation, like the profiler (so it never touches the training ``val_acc``
 sees), on a few of the trial's own batches, without an optimizer step: each batch's gradient is
-taken on its first half (batch b) and on the whole (2b), from one backward pass per half. The
-unbiased estimates of |G|^2 and tr(Sigma) from the two batch sizes are averaged over the batches
-separately, and the ratio is taken last (the ratio of noisy estimates per batch is biased).
+taken on each of its halves (batch b), one backward pass per half, and on the whole (2b, their
+mean). The unbiased estimates of |G|^2 and tr(Sigma) from the two batch sizes are averaged over
+the batches separately, and the ratio is taken last (the ratio of noisy estimates per batch is
+biased).
 """
 
 from __future__ import annotations
@@ -34,17 +35,31 @@ class NoiseScale:
     seconds: float
 
 
-def _grad_sq(params: list[nn.Parameter], scale: float = 1.0) -> float:
-    total = torch.zeros((), dtype=torch.float64, device=params[0].device)
-    for p in params:
-        if p.grad is not None:
-            total += (p.grad.detach().to(torch.float64) * scale).pow(2).sum()
-    return float(total)
+def _grads(params: list[nn.Parameter]) -> list[torch.Tensor]:
+    """A copy of the parameters' gradients (zeros where none): one extra gradient's memory."""
+    return [(p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for p in params]
+
+
+def _halves(params: list[nn.Parameter], g1: list[torch.Tensor]) -> tuple[float, float]:
+    """(g1 . g2, |g1 - g2|^2), with g2 = the accumulated gradient - g1, summed in float64."""
+    dot = torch.zeros((), dtype=torch.float64, device=g1[0].device)
+    diff = torch.zeros((), dtype=torch.float64, device=g1[0].device)
+    for p, a in zip(params, g1):
+        total = p.grad.detach() if p.grad is not None else torch.zeros_like(p)
+        b = (total - a).to(torch.float64)
+        a64 = a.to(torch.float64)
+        dot += (a64 * b).sum()
+        diff += (a64 - b).pow(2).sum()
+    return float(dot), float(diff)
 
 
 def noise_scale(model: nn.Module, batches: Iterator[Any], device: torch.device, loss_fn: nn.Module,
                 n_batches: int) -> NoiseScale | None:
-    """Estimate B_simple on ``n_batches`` batches (None with fewer than 2 samples per batch)."""
+    """Estimate B_simple on ``n_batches`` batches (None with fewer than 2 samples per batch).
+
+    Per batch, the mean gradients of its two halves (batch b each), g1 and g2, give
+    |G|^2 ~ g1 . g2 and tr(Sigma) ~ b |g1 - g2|^2 / 2: the estimates from batch sizes b and 2b
+    (McCandlish et al., appendix A) with both halves used as the small batch."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params or n_batches <= 0:
         return None
@@ -59,16 +74,16 @@ def noise_scale(model: nn.Module, batches: Iterator[Any], device: torch.device, 
         x, y = x[: 2 * b].to(device), y[: 2 * b].to(device)
         model.zero_grad(set_to_none=True)
         loss_fn(model(x[:b]), y[:b]).backward()  # .grad: the first half's mean gradient
-        small = _grad_sq(params)
+        g1 = _grads(params)
         loss_fn(model(x[b:]), y[b:]).backward()  # .grad: the sum of both halves' mean gradients
-        big = _grad_sq(params, 0.5)  # the whole batch's mean gradient
-        b_small, b_big = b, 2 * b
-        grad_sq.append((b_big * big - b_small * small) / (b_big - b_small))
-        trace.append((small - big) / (1.0 / b_small - 1.0 / b_big))
+        dot, diff = _halves(params, g1)
+        grad_sq.append(dot)
+        trace.append(b * diff / 2)
+        del g1
     model.zero_grad(set_to_none=True)
-    g2, s = statistics.fmean(grad_sq), statistics.fmean(trace)
-    b_simple = s / g2 if g2 > 0 and s > 0 else None
-    return NoiseScale(b_simple, g2, s, n_batches, b, time.perf_counter() - t0)
+    g2m, s = statistics.fmean(grad_sq), statistics.fmean(trace)
+    b_simple = s / g2m if g2m > 0 and s > 0 else None
+    return NoiseScale(b_simple, g2m, s, n_batches, b, time.perf_counter() - t0)
 
 
 def efficiency(b_noise: float | None, batch: int, base: int) -> float | None:

@@ -62,6 +62,34 @@ def node_cpus() -> float:
     return max((n.get("Resources", {}).get("CPU", 0) for n in nodes), default=1.0) or 1.0
 
 
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def _loopback(local: bool) -> Iterator[None]:
+    """A local instance on loopback only. Ray replaces a node address of 127.0.0.1 by the
+    machine's LAN address unless clusters are off (``ray_constants.ENABLE_RAY_CLUSTER``, read
+    from this variable when each Ray process imports it); with them off, every Ray process
+    resolves its node address to 127.0.0.1 and binds its servers there (pinned Ray internals:
+    tests check the listeners with ``ss``). The driver's copy and the variable are put back."""
+    if not local:
+        yield
+        return
+    from ray._private import ray_constants
+
+    saved_env, saved_flag = os.environ.get(LOOPBACK_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[LOOPBACK_ENV] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+        if saved_env is None:
+            os.environ.pop(LOOPBACK_ENV, None)
+        else:
+            os.environ[LOOPBACK_ENV] = saved_env
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[str, float]]:
     """Connect to ``address`` or start a local Ray instance bound to 127.0.0.1 with its temp
@@ -88,7 +116,7 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
         kwargs.update(_temp_dir=temp, num_cpus=os.cpu_count(), dashboard_host="127.0.0.1",
                       _node_ip_address="127.0.0.1")
     try:
-        with _token_auth(local=not address):
+        with _token_auth(local=not address), _loopback(local=not address):
             try:
                 ray.init(**kwargs)
             except ConnectionError as e:
