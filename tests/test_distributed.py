@@ -64,6 +64,13 @@ def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a loopback test cluster; nothing written to ~/.ray
     tmp_root = tempfile.mkdtemp(prefix="tbc-", dir="/tmp")  # short: socket paths have a length limit
     monkeypatch.setenv("RAY_TMPDIR", tmp_root)  # Ray's default /tmp/ray moves under it
+    # both nodes on loopback, as a local search is (Ray would advertise the LAN address)
+    from ray._private import ray_constants
+
+    from tune_batch.backends.ray.session import LOOPBACK_ENV
+
+    monkeypatch.setenv(LOOPBACK_ENV, "0")
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     try:
@@ -84,6 +91,7 @@ def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.Mo
         assert 0 < m["device_util"] <= 1 and m["val_acc"] > 0.2 and m["peak_mem_bytes"] > 0
         assert len(rec["info"]["node_ids"]) == 2  # one worker on each node
         assert rec["info"]["node_ids"] == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
     finally:
         ray.shutdown()
         cluster.shutdown()
