@@ -50,6 +50,17 @@ def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object]) -
     return out
 
 
+def step_before(curve: Sequence[Sequence[float]], target: float | None) -> float | None:
+    """Training seconds between the validation that first reached ``target`` and the one before
+    it: how finely the curve resolves the time to target."""
+    prev = 0.0
+    for _samples, train_s, acc, *_ in curve if target is not None else []:
+        if acc >= target:
+            return train_s - prev
+        prev = train_s
+    return None
+
+
 def first_reach(curve: Sequence[Sequence[float]], target: float | None) -> tuple[float, float] | None:
     """(training seconds, samples) at the first validation at or above ``target``, or None."""
     if target is None:
@@ -221,6 +232,13 @@ def lines(conf: Confirmation) -> list[str]:
                  if x.time_to_target_s is not None else f"never reached it (best {x.best_acc:.3f})")
         out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}; short-budget "
                    f"rank {x.short_rank}): {reach}; {x.reached} of {len(x.runs)} run(s) reached it")
+    reached = [x for x in conf.candidates if x.time_to_target_s is not None]
+    if len(reached) >= 2:
+        a, b = reached[0], reached[1]
+        res = max(step_before(r.info.curve or [], conf.target) or 0.0 for r in (*a.runs, *b.runs))
+        if b.time_to_target_s - a.time_to_target_s <= res:
+            out.append(f"  the first two are within one validation interval ({res:.2f} s) of each other: more "
+                       f"confirm.evaluations (or confirm.seeds) would tell them apart")
     if conf.agreement is not None:
         out.append(f"  short vs long budget ranks: Kendall's tau {conf.agreement:+.2f} "
                    f"({'the short trials ranked these candidates as the long runs did' if conf.agreement == 1 else 'the short trials alone would have ranked them differently'})")
