@@ -142,7 +142,8 @@ def test_gradient_noise_scale_recovers_a_known_one() -> None:
             yield torch.ones(64, 1), 1.0 + 3.0 * torch.randn(64, generator=g)
 
     model = nn.Linear(1, 1, bias=False)
-    est = noise_scale(model, batches(), torch.device("cpu"), Product(), 2000)
+    loss = Product()
+    est = noise_scale(model, batches(), lambda batch: loss(model(batch[0]), batch[1]), 2000)
     assert est.small_batch == 32 and est.batches == 2000
     assert est.b_simple == pytest.approx(9.0, rel=0.15)
     assert est.grad_sq == pytest.approx(1.0, rel=0.2) and est.trace_sigma == pytest.approx(9.0, rel=0.1)

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tune_batch.config_errors import describe, relevant
+from tune_batch.config_train import OptimizerConfig, TrainConfig
 from tune_batch.errors import ConfigError
 from tune_batch.metrics import OBJECTIVE_METRICS
 from tune_batch.sizes import parse_memory
@@ -62,13 +63,6 @@ class DataConfig(_Section):
         if v not in BUILTIN_DATASETS and ":" not in v:
             raise ValueError(f"allowed: {' | '.join(BUILTIN_DATASETS)} | pkg.module:function")
         return v
-
-
-class OptimizerConfig(_Section):
-    name: Literal["sgd"] = "sgd"
-    """The seed's optimizer: SGD."""
-    momentum: float = Field(0.9, ge=0.0, lt=1.0)
-    weight_decay: float = Field(0.0, ge=0.0)
 
 
 class BatchRange(_Section):
@@ -165,8 +159,8 @@ class ObjectiveConfig(_Section):
     @field_validator("metric")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in OBJECTIVE_METRICS:
-            raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}")
+        if v not in OBJECTIVE_METRICS and not (v.startswith("val_") and len(v) > 4):
+            raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}, or a val_* metric train.evaluate returns")
         return v
 
 
@@ -290,6 +284,7 @@ class Config(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
     space: SpaceConfig = Field(default_factory=SpaceConfig)
     objectives: list[ObjectiveConfig] = Field(default_factory=_default_objectives)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
@@ -316,6 +311,14 @@ class Config(_Section):
         if dup:
             raise ValueError(f"metric {sorted(dup)[0]!r} appears twice")
         return v
+
+    @model_validator(mode="after")
+    def _custom_metrics(self) -> Config:
+        custom = [m for m in self.metric_names if m not in OBJECTIVE_METRICS]
+        if custom and self.train.evaluate is None:
+            raise ValueError(f"objective {custom[0]!r} is not measured by the built-in evaluation (val_acc); set "
+                             f"train.evaluate to a function returning it")
+        return self
 
     @property
     def metric_names(self) -> list[str]:

@@ -53,7 +53,7 @@ def describe(root: Any, err: dict[str, Any]) -> str:
     if kind == "missing":
         return f"{dotted}: required field is missing"
     if isinstance(value, dict):  # a whole-section check: its message names the values
-        return f"{dotted}: {msg}"
+        return f"{dotted}: {msg}" if loc else msg
     return f"{dotted} = {_short(value)}: {msg}"
 
 

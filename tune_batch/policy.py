@@ -75,8 +75,9 @@ class Policy:
 
     def __init__(self, config: Config, seen: Iterable[TrialResult] = ()) -> None:
         self.config = config
+        # with train.accumulation "auto" a batch over the cap is trained in micro-batches: none is skipped
         self.feasibility = (FeasibilityModel(cap_bytes(config.resources.device_memory, None))
-                            if config.resources.feasibility_model else None)
+                            if config.resources.feasibility_model and config.train.accumulation != "auto" else None)
         for result in seen:
             self.observe(result)
 

@@ -135,6 +135,12 @@ class TrialInfo(_Flat):
     confirm_of: int | str | None = None  # a confirmation run (longer budget) of this trial's config
     curve: list[list[float]] | None = None  # confirmation: [samples, train seconds, val_acc, loss] per validation
     chance_acc: float | None = None  # the majority-class share of the validation set
+    # the training loop
+    precision: str | None = None
+    optimizer: str | None = None
+    accumulation_steps: int | None = None
+    micro_batch_size: int | None = None
+    compile_s: float | None = None
     # step accounting
     steps: int | None = None
     warmup_steps: int | None = None

@@ -136,6 +136,8 @@ def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
 def _plan_confirm(config: Config, run_dir: RunDir) -> list[ConfirmJob]:
     """The confirmation runs still needed, once the search and its repeats are complete: the
     candidates of the report of both (the same on a resumed search)."""
+    if config.train.evaluate is not None:  # time to target is read on the built-in val_acc
+        return []
     records, _ = run_dir.records()
     searched = [r for r in latest_per_trial(records) if r.searched]
     if len(searched) < config.budget.trials or _plan_repeats(config, run_dir):
@@ -228,6 +230,9 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     for w in warnings:
         progress.say(f"warning: {w}")
     progress.records = list(done)  # the front and counts include trials already finished
+    if config.train.evaluate is not None and config.confirm.candidates > 0:
+        progress.say("confirmation: off: it reads time to a val_acc target from the built-in evaluation, and "
+                     "train.evaluate replaces it")
     if resumed:
         progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, "
                      f"{max(0, config.budget.trials - len(done))} to run")

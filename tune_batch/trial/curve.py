@@ -20,7 +20,7 @@ from tune_batch.config import Config
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
 from tune_batch.trial.faults import classify
-from tune_batch.trial.loop import Stepper, cycle, make_optimizer
+from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer
 from tune_batch.trial.setup import Placement, apply_memory_cap, build_net, device_name, load_data, pick_device
 
 
@@ -52,7 +52,7 @@ def eval_steps(total: int, evaluations: int) -> list[int]:
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float,
-           extra: dict[str, Any] | None) -> tuple[list[list[float]], float | None, int, str]:
+           extra: dict[str, Any] | None, accumulation: int = 1) -> tuple[list[list[float]], float | None, int, str]:
     ds, loader, _ = load_data(config, params, Placement(), device, extra)
     samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
@@ -62,7 +62,8 @@ def _curve(config: Config, params: Params, device: torch.device, start: float,
                          f"confirm.train_samples or confirm.epochs")
     model, net = build_net(config, device, 1, extra)
     opt = make_optimizer(config, net.parameters(), params.lr)
-    stepper = Stepper(net, opt, cycle(loader), device, deadline, None, params.batch_size)
+    stepper = Stepper(net, opt, cycle(loader), device, deadline, None, params.batch_size,
+                      Recipe.of(config, accumulation))
     curve: list[list[float]] = []
     train_s, done = 0.0, 0
     for at in eval_steps(total, config.confirm.evaluations):

@@ -26,12 +26,33 @@ class Mfu:
     flag: str | None
 
 
-def _flops_per_sample(config: Config, extra: dict[str, Any] | None, sample_shape: tuple[int, ...]) -> tuple[float, bool]:
+def _step_flops(config: Config, extra: dict[str, Any] | None, batch: Any) -> float:
+    """FLOPs per sample of the user's ``train.step`` (forward + backward) on a real batch, on
+    the CPU (any batch structure, any loss)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tune_batch.trial.loop import batch_len
+    from tune_batch.workload.resolve import resolve_callable
+
+    fn = resolve_callable(config.train.step or "", "train.step")
+    model = build_model(config.model, extra)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        fn(model, batch, torch.device("cpu")).float().backward()
+    return counter.get_total_flops() / max(1, batch_len(batch))
+
+
+def _flops_per_sample(config: Config, extra: dict[str, Any] | None, sample_shape: tuple[int, ...],
+                      batch: Any = None) -> tuple[float, bool]:
     """Model FLOPs per sample (forward + backward), counted once per model and input shape, and
-    whether the model has convolutions."""
+    whether the model has convolutions. With ``train.step``, counted through it on ``batch``."""
     from tune_batch.measure.flops import model_flops_per_sample
 
-    key = (config.model.model_dump_json(), sample_shape, repr(sorted((extra or {}).items())))
+    key = (config.model.model_dump_json(), sample_shape, repr(sorted((extra or {}).items())), config.train.step)
+    if key not in _FLOPS_CACHE and config.train.step is not None:
+        model = build_model(config.model, extra)
+        _FLOPS_CACHE[key] = (_step_flops(config, extra, batch),
+                             any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()))
     if key not in _FLOPS_CACHE:
         model = build_model(config.model, extra)
         has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
@@ -44,11 +65,11 @@ def _flops_per_sample(config: Config, extra: dict[str, Any] | None, sample_shape
 
 
 def mfu(config: Config, extra: dict[str, Any] | None, sample_shape: tuple[int, ...], device: torch.device,
-        threads: int, world: int, samples_per_s: float, run_dir: Path | None) -> Mfu:
+        threads: int, world: int, samples_per_s: float, run_dir: Path | None, batch: Any = None) -> Mfu:
     """Model FLOPs per sample x samples_per_s / (the peak of ``world`` devices)."""
     from tune_batch.measure.flops import resolve_peak
 
-    per_sample, has_conv = _flops_per_sample(config, extra, sample_shape)
+    per_sample, has_conv = _flops_per_sample(config, extra, sample_shape, batch)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{threads} threads"
     peak = resolve_peak(device, name, torch.get_default_dtype(), config_peak=config.resources.peak_flops,
                         cache_dir=run_dir, host=socket.gethostname(), has_conv=has_conv)

@@ -32,6 +32,34 @@ def accuracy(model: nn.Module, val: Any, device: torch.device, batch: int) -> fl
     return correct / total if total else 0.0
 
 
+def evaluate(config: Any, model: nn.Module, val: Any, device: torch.device, batch: int) -> dict[str, float]:
+    """The trial's validation metrics: ``train.evaluate`` called as ``fn(model, loader, device)``
+    (a loader of ``val`` at the trial's batch size, the model in eval mode, no gradients) when
+    the config names one, else ``{"val_acc": top-1 accuracy}``. Raises ValueError for a result
+    that is not a mapping of names to finite numbers."""
+    if config.train.evaluate is None:
+        return {"val_acc": accuracy(model, val, device, batch)}
+    from tune_batch.workload.resolve import resolve_callable
+
+    fn = resolve_callable(config.train.evaluate, "train.evaluate")
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = fn(model, DataLoader(val, batch_size=batch, shuffle=False), device)
+    finally:
+        model.train()
+    if not isinstance(out, dict) or not out:
+        raise ValueError(f"train.evaluate = {config.train.evaluate!r} returned {type(out).__name__}, not a dict of "
+                         f"metric names to numbers")
+    scores = {}
+    for name, value in out.items():
+        try:
+            scores[str(name)] = float(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"train.evaluate returned {name}={value!r}: not a number") from e
+    return scores
+
+
 def chance_rate(val: Any) -> float | None:
     """The majority-class share of ``val``'s labels: the accuracy of always answering the most
     common class (what a model that learned nothing can reach). None without integer labels."""

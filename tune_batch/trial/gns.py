@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from tune_batch.trial.loop import batch_len, split_batch, take
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ def _halves(params: list[nn.Parameter], g1: list[torch.Tensor]) -> tuple[float, 
     return float(dot), float(diff)
 
 
-def noise_scale(model: nn.Module, batches: Iterator[Any], device: torch.device, loss_fn: nn.Module,
+def noise_scale(model: nn.Module, batches: Iterator[Any], loss_of: Callable[[Any], torch.Tensor],
                 n_batches: int) -> NoiseScale | None:
     """Estimate B_simple on ``n_batches`` batches (None with fewer than 2 samples per batch).
 
@@ -67,15 +69,15 @@ def noise_scale(model: nn.Module, batches: Iterator[Any], device: torch.device, 
     grad_sq, trace = [], []
     b = 0
     for _ in range(n_batches):
-        x, y = next(batches)
-        b = len(y) // 2
+        batch = next(batches)
+        b = batch_len(batch) // 2
         if b < 1:
             return None
-        x, y = x[: 2 * b].to(device), y[: 2 * b].to(device)
+        first, second = split_batch(take(batch, 2 * b), 2)
         model.zero_grad(set_to_none=True)
-        loss_fn(model(x[:b]), y[:b]).backward()  # .grad: the first half's mean gradient
+        loss_of(first).float().backward()  # .grad: the first half's mean gradient
         g1 = _grads(params)
-        loss_fn(model(x[b:]), y[b:]).backward()  # .grad: the sum of both halves' mean gradients
+        loss_of(second).float().backward()  # .grad: the sum of both halves' mean gradients
         dot, diff = _halves(params, g1)
         grad_sq.append(dot)
         trace.append(b * diff / 2)

@@ -6,9 +6,11 @@ optimizer) lives here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,12 +22,67 @@ from tune_batch.measure.cpu import PeakRss
 from tune_batch.oom import MemoryCapExceeded
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout
 from tune_batch.workload import build_model
+from tune_batch.workload.resolve import resolve_callable
+
+_OPTIMIZER_CLASSES = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "adamax": "Adamax", "nadam": "NAdam",
+                      "radam": "RAdam", "rmsprop": "RMSprop", "adagrad": "Adagrad", "adadelta": "Adadelta", "asgd": "ASGD"}
 
 
 def make_optimizer(config: Config, params: Any, lr: float) -> torch.optim.Optimizer:
-    """The seed's optimizer: SGD with the config's momentum and weight decay."""
-    return torch.optim.SGD(params, lr=lr, momentum=config.optimizer.momentum,
-                           weight_decay=config.optimizer.weight_decay)
+    """``optimizer.name`` from torch.optim with its weight decay and kwargs (SGD: the seed's
+    momentum too). Raises TypeError for keyword arguments the optimizer does not take."""
+    o = config.optimizer
+    cls = getattr(torch.optim, _OPTIMIZER_CLASSES[o.name])
+    kwargs: dict[str, Any] = {"weight_decay": o.weight_decay}
+    if o.name == "sgd":
+        kwargs["momentum"] = o.momentum
+    return cls(params, lr=lr, **{**kwargs, **o.kwargs})
+
+
+def batch_len(batch: Any) -> int:
+    """The samples in a batch of any structure: the first dimension of its first tensor."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0])
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, list | tuple) else []
+    for item in items:
+        n = batch_len(item)
+        if n >= 0:
+            return n
+    return -1
+
+
+def take(batch: Any, n: int) -> Any:
+    """The first ``n`` samples of a batch of any structure."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:n]
+    if isinstance(batch, dict):
+        return {k: take(v, n) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(take(v, n) for v in batch)
+    return batch
+
+
+def split_batch(batch: Any, n: int) -> list[Any]:
+    """``batch`` as ``n`` micro-batches along the first dimension, whatever its structure
+    (tensors, tuples, lists, dicts); other leaves are shared."""
+    if n == 1:
+        return [batch]
+    if isinstance(batch, torch.Tensor):
+        return list(torch.tensor_split(batch, n))
+    if isinstance(batch, dict):
+        parts = {k: split_batch(v, n) for k, v in batch.items()}
+        return [{k: parts[k][i] for k in batch} for i in range(n)]
+    if isinstance(batch, list | tuple):
+        parts_seq = [split_batch(v, n) for v in batch]
+        return [type(batch)(p[i] for p in parts_seq) for i in range(n)]
+    return [batch] * n
+
+
+def autocast(device: torch.device, precision: str) -> Any:
+    """The autocast context of ``train.precision`` (bf16 / fp16), else none."""
+    if precision in ("bf16", "fp16"):
+        return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    return contextlib.nullcontext()
 
 
 def cycle(loader: DataLoader, sampler: Any = None) -> Iterator[Any]:
@@ -48,14 +105,36 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """How a step trains: precision (autocast, and a gradient scaler for fp16), micro-batches
+    per optimizer step, the user's own step function, linear learning-rate warm-up, memory
+    format. The default is the seed's loop: fp32, one micro-batch, cross-entropy."""
+
+    precision: str = "fp32"
+    accumulation: int = 1
+    step_fn: Callable[..., Any] | None = None
+    warmup_steps: int = 0
+    channels_last: bool = False
+
+    @classmethod
+    def of(cls, config: Config, accumulation: int = 1) -> Recipe:
+        fn = resolve_callable(config.train.step, "train.step") if config.train.step else None
+        return cls(config.train.precision, accumulation, fn, config.optimizer.warmup_steps, config.train.channels_last)
+
+
 class Stepper:
     """Runs optimizer steps and keeps the per-step checks (timeout, memory cap, finite loss).
-    ``wait_s`` accumulates the time spent waiting for batches."""
+    ``wait_s`` accumulates the time spent waiting for batches. ``model`` is what trains (a
+    DistributedDataParallel wrapper in a group: micro-batches before the last skip its
+    all-reduce)."""
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, batches: Iterator[Any],
-                 device: torch.device, deadline: float, mem: PeakRss | None, batch: int) -> None:
+                 device: torch.device, deadline: float, mem: PeakRss | None, batch: int,
+                 recipe: Recipe = Recipe()) -> None:
         self.model, self.opt, self.batches, self.device = model, opt, batches, device
         self.batch = batch
+        self.recipe = recipe
         self.short_batches = 0  # batches smaller than the worker's batch size (must stay 0)
         self.deadline, self.mem = deadline, mem
         self.loss_fn = nn.CrossEntropyLoss()
@@ -64,21 +143,65 @@ class Stepper:
         self.last_loss = float("nan")
         self._loss: torch.Tensor | None = None
         self._check_every = 1 if device.type == "cpu" else 10  # .item() syncs a GPU: not every step
+        self._base_lrs = [g["lr"] for g in opt.param_groups]
+        self.scaler = torch.amp.GradScaler(device.type) if recipe.precision == "fp16" else None
+        self.first_step_s: float | None = None  # the first step (a compiled model compiles in it)
+
+    def loss_of(self, batch: Any) -> torch.Tensor:
+        """The loss of one (micro-)batch: the user's ``train.step``, or cross-entropy of
+        ``(inputs, labels)``."""
+        if self.recipe.step_fn is not None:
+            return self.recipe.step_fn(self.model, batch, self.device)
+        x, y = batch
+        x = x.to(self.device, non_blocking=True)
+        if self.recipe.channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.loss_fn(self.model(x), y.to(self.device, non_blocking=True))
+
+    def autocast_loss(self, batch: Any) -> torch.Tensor:
+        """``loss_of`` under the recipe's autocast (what the gradient noise scale measures)."""
+        with autocast(self.device, self.recipe.precision):
+            return self.loss_of(batch)
+
+    def _warm_up_lr(self) -> None:
+        if self.recipe.warmup_steps > 0:
+            scale = min(1.0, (self.steps + 1) / self.recipe.warmup_steps)
+            for g, base in zip(self.opt.param_groups, self._base_lrs):
+                g["lr"] = base * scale
 
     def step(self) -> None:
         t = time.perf_counter()
-        x, y = next(self.batches)
+        if self.steps == 0:
+            self._first_t = t
+        batch = next(self.batches)
         self.wait_s += time.perf_counter() - t
-        if len(y) != self.batch:
+        n = batch_len(batch)
+        if n != self.batch:
             self.short_batches += 1
-        x = x.to(self.device, non_blocking=True)
-        y = y.to(self.device, non_blocking=True)
-        loss = self.loss_fn(self.model(x), y)
+        micro = split_batch(batch, self.recipe.accumulation)
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
+        total = torch.zeros((), device=self.device)
+        for i, mb in enumerate(micro):
+            last = i == len(micro) - 1
+            sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else self.model.no_sync()
+            with sync:
+                with autocast(self.device, self.recipe.precision):
+                    loss = self.loss_of(mb)
+                share = batch_len(mb) / n if n > 0 and len(micro) > 1 else 1.0
+                scaled = loss.float() * share
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            total = total + scaled.detach()
+        self._warm_up_lr()
+        if self.scaler is not None:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
         self.steps += 1
-        self._loss = loss
+        self._loss = total
+        if self.steps == 1:
+            self.check_loss()  # syncs the device: the first step's seconds are its own
+            self.first_step_s = time.perf_counter() - self._first_t
         if self.steps % self._check_every == 0:
             self.check_loss()
         if self.mem is not None:
@@ -98,13 +221,37 @@ class Stepper:
             raise NonFiniteError(f"non-finite loss ({value}) at step {self.steps}")
 
 
+@contextlib.contextmanager
+def precision_flags(precision: str, device: torch.device) -> Iterator[None]:
+    """``tf32``: CUDA matmuls and cuDNN convolutions in TF32 for the duration (put back after)."""
+    if precision != "tf32" or device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def release_memory(device: torch.device) -> None:
+    """What an out-of-memory attempt held, given back before the next one."""
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def prime(config: Config, train: Any, device: torch.device, extra: dict[str, Any] | None) -> None:
     """One throwaway step at batch 2 before the memory baseline, so that once-per-process
     costs (kernel caches, thread pools) are not counted as this batch size's memory."""
-    x, y = next(iter(DataLoader(train, batch_size=2, shuffle=False)))
+    batch = next(iter(DataLoader(train, batch_size=2, shuffle=False)))
     model = build_model(config.model, extra).to(device)
     model.train()
     opt = make_optimizer(config, model.parameters(), 0.0)
-    nn.functional.cross_entropy(model(x.to(device)), y.to(device)).backward()
-    opt.step()
-    del model, opt
+    stepper = Stepper(model, opt, iter([batch]), device, float("inf"), None, 2, Recipe.of(config))
+    stepper.step()
+    del model, opt, stepper

@@ -17,16 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
 from tune_batch.config import Config
 from tune_batch.measure.cpu import PeakRss
 from tune_batch.noise import rate_ci
+from tune_batch.oom import is_oom_error
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective, derive
-from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
+from tune_batch.trial.evaluate import chance_rate, check_batchnorm, evaluate
 from tune_batch.trial.faults import classify
 from tune_batch.trial.gns import NoiseScale, efficiency, noise_scale
-from tune_batch.trial.loop import Stepper, cycle, make_optimizer, prime
+from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags, prime, release_memory
 from tune_batch.trial.setup import (
     MemoryCap,
     Placement,
@@ -50,6 +52,7 @@ class _Trained:
     peak_bytes: float
     peak_method: str | None
     val_acc: float | None
+    scores: dict[str, float]  # the other metrics of train.evaluate
     chance_acc: float | None
     final_loss: float
     short_batches: int
@@ -57,6 +60,9 @@ class _Trained:
     gns: NoiseScale | None
     data: str
     sample_shape: tuple[int, ...]
+    accumulation: int = 1
+    first_step_s: float | None = None
+    flops_batch: Any = None  # two real samples, to count the FLOPs of a user's train.step
 
 
 def _peak(window: Window, step_peak: int | None, mem: PeakRss | None) -> tuple[float, str | None]:
@@ -70,7 +76,7 @@ def _peak(window: Window, step_peak: int | None, mem: PeakRss | None) -> tuple[f
 
 def _train(config: Config, params: Params, plan: StepPlan, placement: Placement, device: torch.device,
            cap: MemoryCap, deadline: float, extra: dict[str, Any] | None, trace_dir: Path | None,
-           validate: bool) -> _Trained:
+           validate: bool, accumulation: int = 1) -> _Trained:
     ds, loader, sampler = load_data(config, params, placement, device, extra)
     batch = params.batch_size // placement.world
     if device.type == "cpu":
@@ -81,22 +87,25 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
     with mem_ctx as mem:
         model, net = build_net(config, device, placement.world, extra)
         opt = make_optimizer(config, net.parameters(), params.lr)
-        stepper = Stepper(net, opt, cycle(loader, sampler), device, deadline, mem, batch)
+        stepper = Stepper(net, opt, cycle(loader, sampler), device, deadline, mem, batch,
+                          Recipe.of(config, accumulation))
         step_peak = warm_up(stepper, plan.warmup, cap.bytes)
         window = timed_window(stepper, model, plan.timed, config, placement.world)
         peak, method = _peak(window, step_peak, mem)
         check_batchnorm(model)
         # the model as exactly train_samples of training left it is evaluated before anything
         # that exists only to measure can touch it (the window's extra steps were undone already)
-        val_acc = accuracy(model, ds.val, device, batch) if validate and placement.rank == 0 else None
+        scores = evaluate(config, model, ds.val, device, batch) if validate and placement.rank == 0 else {}
+        val_acc = scores.pop("val_acc", None)
         chance = chance_rate(ds.val) if val_acc is not None else None
         final_loss, short = stepper.last_loss, stepper.short_batches
         prof_s = profile_steps(stepper, config, trace_dir) if plan.profiled and trace_dir is not None else None
         # the bare model (no all-reduce): rank 0's own batches, like its validation
-        gns = (noise_scale(model, stepper.batches, device, stepper.loss_fn, config.budget.gns_batches)
+        gns = (noise_scale(model, stepper.batches, stepper.autocast_loss, config.budget.gns_batches)
                if validate and placement.rank == 0 else None)
-    return _Trained(window, peak, method, val_acc, chance, final_loss, short, prof_s, gns, ds.description,
-                    tuple(ds.train[0][0].shape))
+    return _Trained(window, peak, method, val_acc, scores, chance, final_loss, short, prof_s, gns, ds.description,
+                    _sample_shape(ds.train[0]), accumulation, stepper.first_step_s,
+                    next(iter(DataLoader(ds.train, batch_size=2))) if config.train.step else None)
 
 
 def _combine(t: _Trained, util: float | None, world: int) -> tuple[float, float, float, float | None, int]:
@@ -151,7 +160,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     sps, step_s = samples / window_s, window_s / steps
     threads = torch.get_num_threads()
     mfu = derive.mfu(config, extra, t.sample_shape, device, threads, world, sps,
-                     trace_dir.parent.parent if trace_dir is not None else None)
+                     trace_dir.parent.parent if trace_dir is not None else None, t.flops_batch)
     wait_frac = min(1.0, wait_s / window_s)
     verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
@@ -160,7 +169,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
                       model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, data_wait_frac=wait_frac,
                       timed_s=window_s, step_time_s=step_s,
                       energy_j_per_sample=energy / samples if energy is not None else None,
-                      duration_s=time.perf_counter() - start)
+                      duration_s=time.perf_counter() - start, other=dict(t.scores))
     info = TrialInfo(
         host=socket.gethostname(), pid=os.getpid(), device=device_name(device, threads), data=t.data,
         seed=config.search.seed, chance_acc=t.chance_acc, others_cpu_frac=t.window.cpu.others_cpu_frac, steal_frac=t.window.cpu.steal_frac,
@@ -177,23 +186,58 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
         model_flops_per_sample=mfu.model_flops_per_sample,
         peak_flops_per_s=mfu.peak_flops_per_s, peak_source=mfu.peak_source, mfu_flag=mfu.flag,
         bottleneck=verdict[0], suggestion=verdict[1], statistical_efficiency=eff,
+        precision=config.train.precision, optimizer=config.optimizer.name, accumulation_steps=t.accumulation,
+        compile_s=max(0.0, t.first_step_s - step_s) if config.train.compile and t.first_step_s is not None else None,
+        micro_batch_size=-(-(params.batch_size // world) // t.accumulation),
     ).with_(**telemetry, **gns_info)
     return TrialResult(None, params, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
+
+
+def _sample_shape(sample: Any) -> tuple[int, ...]:
+    first = sample[0] if isinstance(sample, list | tuple) else next(iter(sample.values())) if isinstance(sample, dict) else sample
+    return tuple(first.shape) if isinstance(first, torch.Tensor) else ()
+
+
+def accumulations(config: Config, per_worker: int, world: int) -> list[int]:
+    """The micro-batch counts to try in order: ``train.accumulation``, or with "auto" (one
+    worker) 1, 2, 4, ... while a micro-batch keeps at least one sample."""
+    a = config.train.accumulation
+    if a != "auto":
+        return [min(int(a), per_worker)]
+    if world > 1:  # every rank must take the same decision: a group does not retry
+        return [1]
+    out, n = [], 1
+    while n <= per_worker:
+        out.append(n)
+        n *= 2
+    return out
 
 
 def measure(config: Config, params: Params, placement: Placement = Placement(), *, extra: dict[str, Any] | None = None,
             run_dir: str | Path | None = None, trial_id: Any = None, validate: bool = True,
             start: float | None = None) -> TrialResult:
     """Train and measure ``params`` on this worker (every rank of a data-parallel group runs
-    it); returns the ``ok`` record, with the group's figures. Raises on any fault."""
+    it); returns the ``ok`` record, with the group's figures. Raises on any fault. With
+    ``train.accumulation: auto``, a batch that runs out of memory is trained again from the start
+    in twice as many micro-batches."""
     start = time.perf_counter() if start is None else start
     deadline = start + config.budget.trial_timeout_s
-    torch.manual_seed(config.search.seed)
     device = pick_device()
     trace_dir = trace_dir_of(run_dir, trial_id)
     plan = plan_steps(config, params, profiling=trace_dir is not None)
-    cap = apply_memory_cap(config, device)
-    trained = _train(config, params, plan, placement, device, cap, deadline, extra, trace_dir, validate)
+    tries = accumulations(config, params.batch_size // placement.world, placement.world)
+    with precision_flags(config.train.precision, device):
+        for i, accumulation in enumerate(tries):
+            torch.manual_seed(config.search.seed)
+            cap = apply_memory_cap(config, device)
+            try:
+                trained = _train(config, params, plan, placement, device, cap, deadline, extra, trace_dir, validate,
+                                 accumulation)
+                break
+            except Exception as e:
+                if i + 1 == len(tries) or not is_oom_error(e):
+                    raise
+                release_memory(device)
     return _record(config, params, plan, placement, device, trained, cap, extra, trace_dir, start).replace(
         trial_id=trial_id)
 

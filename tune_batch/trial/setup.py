@@ -50,6 +50,8 @@ def plan_steps(config: Config, params: Params, profiling: bool) -> StepPlan:
         raise ValueError(f"budget.train_samples = {config.budget.train_samples} gives {total} step(s) at batch_size "
                          f"{params.batch_size}; need at least 2 (one warm-up, one timed)")
     warmup = min(config.budget.warmup_steps, total - 1)
+    if config.train.compile:  # the first step compiles; a compiled trial warms up 3 steps at least
+        warmup = min(max(warmup, 3), total - 1)
     p = config.profile
     profiled = (p.wait + p.warmup + p.active) * p.repeat if p.enabled and profiling else 0
     return StepPlan(total, warmup, total - warmup, profiled)
@@ -117,12 +119,17 @@ def build_net(config: Config, device: torch.device, world: int,
               extra: dict[str, Any] | None) -> tuple[nn.Module, nn.Module]:
     """(the model, what trains it: the model itself, or its DistributedDataParallel wrapper)."""
     model = build_model(config.model, extra).to(device)
+    if config.train.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     model.train()
-    if world == 1:
-        return model, model
-    from torch.nn.parallel import DistributedDataParallel
+    net: nn.Module = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
 
-    return model, DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if config.train.compile:  # compiled on its first step (timed apart: compile_s); `model` stays eager
+        net = torch.compile(net, mode=None if config.train.compile == "default" else config.train.compile)
+    return model, net
 
 
 def trace_dir_of(run_dir: str | Path | None, trial_id: Any) -> Path | None:

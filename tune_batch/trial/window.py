@@ -141,6 +141,7 @@ def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config,
     stepper.wait_s = 0.0
     cpu.start()
     extra, saved, budget_loss = 0, None, stepper.last_loss
+    counters: tuple[int, Any] = (stepper.steps, None)
     with sampler as gpu:
         if gpu is not None:
             gpu.mark_start()
@@ -152,6 +153,7 @@ def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config,
             stepper.check_loss()
             budget_loss = stepper.last_loss
             saved = _snapshot(model, stepper.opt)
+            counters = stepper.steps, (stepper.scaler.state_dict() if stepper.scaler is not None else None)
             extra, window_s, more = _lengthen(stepper, group_max(window_s, world), steps, min_s, world)
             blocks += more
         if gpu is not None:
@@ -163,6 +165,9 @@ def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config,
         model.load_state_dict(saved[0])
         stepper.opt.load_state_dict(saved[1])  # moves the state to each parameter's device
         stepper.last_loss = budget_loss
+        stepper.steps = counters[0]  # the learning-rate warm-up goes on from the budget's own steps
+        if stepper.scaler is not None and counters[1] is not None:
+            stepper.scaler.load_state_dict(counters[1])
     return Window(window_s, steps + extra, extra, wait_s, cuda_peak, cpu_window,
                   getattr(sampler, "window", None), gpu_note, tuple(blocks))
 

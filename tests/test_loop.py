@@ -1,0 +1,115 @@
+"""The training loop users run: any optimizer with warm-up, mixed precision, gradient
+accumulation (fixed and automatic under a memory cap), channels-last, compilation, and the
+user's own step and evaluation (a non-classification workload)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import tiny_config
+from tune_batch.config import load_config
+from tune_batch.errors import ConfigError
+from tune_batch.records import Status
+from tune_batch.runner import search
+from tune_batch.trial import run_trial
+from tune_batch.trial.loop import Recipe, Stepper, batch_len, make_optimizer, split_batch
+
+REPO = Path(__file__).resolve().parents[1]
+P = {"batch_size": 32, "lr": 0.05, "num_gpus": 1}
+
+
+def test_batches_of_any_structure_split_into_micro_batches() -> None:
+    batch = {"ids": torch.arange(8).reshape(4, 2), "meta": ("a", torch.ones(4))}
+    parts = split_batch(batch, 2)
+    assert batch_len(batch) == 4 and [batch_len(p) for p in parts] == [2, 2]
+    assert parts[1]["ids"].tolist() == [[4, 5], [6, 7]] and parts[0]["meta"][0] == "a"
+
+
+def _stepper(recipe: Recipe, lr: float = 0.1) -> tuple[nn.Module, Stepper]:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)  # no BatchNorm: micro-batches give the whole batch's gradient
+    x, y = torch.randn(8, 4, generator=torch.Generator().manual_seed(1)), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    return model, Stepper(model, opt, iter([(x, y)] * 10), torch.device("cpu"), math.inf, None, 8, recipe)
+
+
+def test_accumulation_gives_the_whole_batch_step_and_warmup_ramps_the_lr() -> None:
+    whole, s1 = _stepper(Recipe())
+    micro, s4 = _stepper(Recipe(accumulation=4))
+    s1.step()
+    s4.step()
+    for a, b in zip(whole.parameters(), micro.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert s1.last_loss == pytest.approx(s4.last_loss, abs=1e-6)
+    _, warm = _stepper(Recipe(warmup_steps=4), lr=0.2)
+    lrs = []
+    for _ in range(5):
+        warm.step()
+        lrs.append(warm.opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.2])
+
+
+def test_optimizers_by_name_with_their_arguments() -> None:
+    cfg = tiny_config(optimizer={"name": "AdamW", "weight_decay": 0.01, "kwargs": {"betas": [0.8, 0.9]}})
+    opt = make_optimizer(cfg, nn.Linear(2, 2).parameters(), 0.01)
+    assert isinstance(opt, torch.optim.AdamW) and tuple(opt.defaults["betas"]) == (0.8, 0.9)
+    assert opt.defaults["weight_decay"] == 0.01
+    with pytest.raises(ConfigError, match="optimizer.name = 'lbfgs': allowed: sgd, adam, adamw"):
+        tiny_config(optimizer={"name": "lbfgs"})
+    with pytest.raises(ConfigError, match="train.accumulation = 0"):
+        tiny_config(train={"accumulation": 0})
+    with pytest.raises(ConfigError, match="objective 'val_loss' is not measured by the built-in evaluation"):
+        tiny_config(objectives=[{"metric": "val_loss", "direction": "minimize"}])
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trials_run_and_say_so(precision: str) -> None:
+    cfg = tiny_config(train={"precision": precision}, optimizer={"name": "adamw", "warmup_steps": 5})
+    r = run_trial(cfg, {**P, "lr": 0.003})
+    assert r.status is Status.OK, r.reason
+    assert r.info.precision == precision and r.info.optimizer == "adamw"
+    assert r.metrics.val_acc > 0.3 and math.isfinite(r.info.final_loss)
+
+
+def test_channels_last_and_fixed_accumulation_are_recorded() -> None:
+    r = run_trial(tiny_config(train={"channels_last": True, "accumulation": 4}), P)
+    assert r.status is Status.OK, r.reason
+    assert r.info.accumulation_steps == 4 and r.info.micro_batch_size == 8
+
+
+def test_auto_accumulation_trains_a_batch_over_the_cap_in_micro_batches() -> None:
+    cfg = tiny_config(resources={"device_memory": "6656KiB"}, train={"accumulation": "auto"})
+    small = run_trial(cfg, {**P, "batch_size": 16})
+    big = run_trial(cfg, {**P, "batch_size": 64})
+    plain = run_trial(tiny_config(resources={"device_memory": "6656KiB"}), {**P, "batch_size": 64})
+    assert plain.status is Status.OOM  # what the cap does without accumulation
+    assert small.status is Status.OK and small.info.accumulation_steps == 1
+    assert big.status is Status.OK, big.reason
+    assert big.info.accumulation_steps > 1 and big.metrics.peak_mem_bytes <= 6656 * 2**10
+
+
+def test_compiled_trial_keeps_compile_time_out_of_the_window() -> None:
+    r = run_trial(tiny_config(train={"compile": "default"}, budget={"train_samples": 512}), P)
+    assert r.status is Status.OK, r.reason
+    assert r.info.compile_s is not None and r.info.compile_s > 10 * r.metrics.step_time_s
+    assert r.info.warmup_steps >= 3
+
+
+def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> None:
+    cfg = load_config(REPO / "configs" / "tiny_lm.yaml",
+                      ["search.backend=optuna", "budget.trials=3", "repeats.seeds=0"])
+    res = search(cfg, tmp_path / "run", quiet=True)
+    recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
+    ok = [r for r in recs if r["status"] == "ok"]
+    assert len(recs) == 3 and ok
+    for r in ok:
+        assert math.isfinite(r["metrics"]["val_loss"]) and r["metrics"]["val_perplexity"] > 1
+        assert r["info"]["optimizer"] == "adamw" and r["metrics"]["mfu"] > 0  # FLOPs counted through the step
+    assert res.recommended is not None and "val_loss" in json.loads((tmp_path / "run" / "pareto.json").read_text())[
+        "trials"][0]["metrics"]
