@@ -113,3 +113,14 @@ def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> No
         assert r["info"]["optimizer"] == "adamw" and r["metrics"]["mfu"] > 0  # FLOPs counted through the step
     assert res.recommended is not None and "val_loss" in json.loads((tmp_path / "run" / "pareto.json").read_text())[
         "trials"][0]["metrics"]
+
+
+def test_the_ladder_scales_the_lr_by_the_optimizer_family() -> None:
+    from tune_batch.space import seed_points
+
+    sgd = tiny_config(search={"seed_ladder": True}, budget={"trials": 9})
+    adam = tiny_config(search={"seed_ladder": True}, budget={"trials": 9}, optimizer={"name": "adam"})
+    (s16, s64), (a16, a64) = seed_points(sgd)[:2], seed_points(adam)[:2]
+    assert (s16["batch_size"], s64["batch_size"]) == (16, 64) == (a16["batch_size"], a64["batch_size"])
+    assert s64["lr"] / s16["lr"] == pytest.approx(4.0) or s64["lr"] == sgd.space.lr.high  # linear for SGD
+    assert a64["lr"] / a16["lr"] == pytest.approx(2.0)  # square root for Adam

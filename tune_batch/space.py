@@ -48,11 +48,12 @@ def define_by_run(trial: Any, space: SpaceConfig, gpu_choices: list[int]) -> dic
     return {"trial_number": trial.number}
 
 
-def ladder(space: SpaceConfig, gpu_choices: list[int] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+def ladder(space: SpaceConfig, gpu_choices: list[int] | None = None, limit: int | None = None,
+           rule: str = "sqrt") -> list[dict[str, Any]]:
     """Seed points: the powers-of-two ladder of batch sizes (smallest, largest and every other
-    one between), each with the learning rate scaled by the square-root rule (Goyal et al. 2017
-    use the linear rule for SGD at large batches; the square-root rule is the gentler one),
-    from the geometric middle of the lr range at the smallest batch; one worker."""
+    one between), each with the learning rate scaled from the geometric middle of the lr range at
+    the smallest batch by ``rule``: "linear" (Goyal et al. 2017, for SGD) or "sqrt" (for
+    adaptive optimizers such as Adam, whose steps are normalised per parameter); one worker."""
     import math
 
     choices = space.batch_choices()
@@ -62,7 +63,8 @@ def ladder(space: SpaceConfig, gpu_choices: list[int] | None = None, limit: int 
     n = min(gpu_choices or space.num_gpus)
     out = []
     for b in picks:
-        lr = min(hi, max(lo, base * math.sqrt(b / choices[0])))
+        ratio = b / choices[0]
+        lr = min(hi, max(lo, base * (ratio if rule == "linear" else math.sqrt(ratio))))
         p = {"batch_size": b, "lr": lr, "num_gpus": n}
         if violation(p, space) is None:
             out.append(p)
@@ -74,4 +76,5 @@ def seed_points(config: Any, gpu_choices: list[int] | None = None) -> list[dict[
     the trial budget."""
     if not config.search.seed_ladder:
         return []
-    return ladder(config.space, gpu_choices, limit=max(1, config.budget.trials // 3))
+    rule = "sqrt" if config.optimizer.adaptive else "linear"
+    return ladder(config.space, gpu_choices, limit=max(1, config.budget.trials // 3), rule=rule)
