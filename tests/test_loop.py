@@ -83,15 +83,17 @@ def test_channels_last_and_fixed_accumulation_are_recorded() -> None:
     assert r.info.accumulation_steps == 4 and r.info.micro_batch_size == 8
 
 
-def test_auto_accumulation_trains_a_batch_over_the_cap_in_micro_batches() -> None:
-    cfg = tiny_config(resources={"device_memory": "6656KiB"}, train={"accumulation": "auto"})
-    small = run_trial(cfg, {**P, "batch_size": 16})
-    big = run_trial(cfg, {**P, "batch_size": 64})
-    plain = run_trial(tiny_config(resources={"device_memory": "6656KiB"}), {**P, "batch_size": 64})
-    assert plain.status is Status.OOM  # what the cap does without accumulation
-    assert small.status is Status.OK and small.info.accumulation_steps == 1
-    assert big.status is Status.OK, big.reason
-    assert big.info.accumulation_steps > 1 and big.metrics.peak_mem_bytes <= 6656 * 2**10
+def test_auto_accumulation_trains_every_batch_size_under_a_cap_that_cuts_half() -> None:
+    space = {"batch_size": [16, 32, 64, 128]}
+    cap = {"device_memory": "6144KiB"}
+    plain = [run_trial(tiny_config(space=space, resources=cap), {**P, "batch_size": b}) for b in (64, 128)]
+    assert [r.status for r in plain] == [Status.OOM, Status.OOM]  # the upper half, without accumulation
+    auto = tiny_config(space=space, resources=cap, train={"accumulation": "auto"})
+    runs = {b: run_trial(auto, {**P, "batch_size": b}) for b in (16, 32, 64, 128)}
+    assert all(r.status is Status.OK for r in runs.values()), {b: r.reason for b, r in runs.items()}
+    assert runs[16].info.accumulation_steps == 1 and runs[128].info.accumulation_steps > 1
+    assert all(r.metrics.peak_mem_bytes <= 6144 * 2**10 for r in runs.values())
+    assert all(r.info.micro_batch_size * r.info.accumulation_steps == b for b, r in runs.items())
 
 
 def test_compiled_trial_keeps_compile_time_out_of_the_window() -> None:

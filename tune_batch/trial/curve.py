@@ -17,10 +17,12 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
+from tune_batch.oom import is_oom_error
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
 from tune_batch.trial.faults import classify
-from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer
+from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags, release_memory
+from tune_batch.trial.run import accumulations
 from tune_batch.trial.setup import Placement, apply_memory_cap, build_net, device_name, load_data, pick_device
 
 
@@ -92,15 +94,26 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
     try:
         if threads:
             torch.set_num_threads(threads)
-        torch.manual_seed(config.search.seed)
-        apply_memory_cap(config, device)
-        curve, chance, steps, data = _curve(config, p, device, start, extra)
+        tries = accumulations(config, p.batch_size, 1)
+        with precision_flags(config.train.precision, device):
+            for i, accumulation in enumerate(tries):
+                torch.manual_seed(config.search.seed)
+                apply_memory_cap(config, device)
+                try:
+                    curve, chance, steps, data = _curve(config, p, device, start, extra, accumulation)
+                    break
+                except Exception as e:  # auto accumulation: out of memory, twice the micro-batches
+                    if i + 1 == len(tries) or not is_oom_error(e):
+                        raise
+                    release_memory(device)
         samples, train_s, acc, loss = curve[-1]
         metrics = Metrics(samples_per_s=samples / train_s if train_s > 0 else None, val_acc=acc,
                           duration_s=time.perf_counter() - start)
         info = base.with_(device=device_name(device, torch.get_num_threads()), data=data, curve=curve,
                           chance_acc=chance, steps=steps, train_samples_done=int(samples), train_s=train_s,
-                          final_loss=loss, world_size=1, per_worker_batch=p.batch_size)
+                          final_loss=loss, world_size=1, per_worker_batch=p.batch_size,
+                          precision=config.train.precision, optimizer=config.optimizer.name,
+                          accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation))
         return TrialResult(trial_id, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
     except Exception as e:  # the trial boundary: every fault becomes a record
         status, reason, trace = classify(e)
