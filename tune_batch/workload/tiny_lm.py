@@ -57,6 +57,7 @@ class TinyCausalLM(nn.Module):
     def __init__(self, vocab: int, dim: int, layers: int, heads: int, context: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
+        nn.init.normal_(self.embed.weight, std=0.02)  # small, as GPT-2: the tied head starts near uniform
         self.pos = nn.Parameter(torch.zeros(context, dim))
         block = nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True, norm_first=True)
         self.blocks = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
