@@ -89,6 +89,7 @@ def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.Mo
         # topped up by the clock on both ranks: at least the minimum whatever the load (no timing bound)
         assert info["window_extension_steps"] > 0 and m["timed_s"] >= 1.5
         assert 0 < m["device_util"] <= 1 and m["val_acc"] > 0.2 and m["peak_mem_bytes"] > 0
+        assert m["goodput"] > 0  # the noise scale ran on rank 0 through the bare model: no lone all-reduce
         assert len(rec["info"]["node_ids"]) == 2  # one worker on each node
         assert rec["info"]["node_ids"] == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
         assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}

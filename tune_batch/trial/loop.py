@@ -147,21 +147,23 @@ class Stepper:
         self.scaler = torch.amp.GradScaler(device.type) if recipe.precision == "fp16" else None
         self.first_step_s: float | None = None  # the first step (a compiled model compiles in it)
 
-    def loss_of(self, batch: Any) -> torch.Tensor:
-        """The loss of one (micro-)batch: the user's ``train.step``, or cross-entropy of
-        ``(inputs, labels)``."""
+    def loss_of(self, batch: Any, model: nn.Module | None = None) -> torch.Tensor:
+        """The loss of one (micro-)batch through ``model`` (default: what trains): the user's
+        ``train.step``, or cross-entropy of ``(inputs, labels)``."""
+        model = self.model if model is None else model
         if self.recipe.step_fn is not None:
-            return self.recipe.step_fn(self.model, batch, self.device)
+            return self.recipe.step_fn(model, batch, self.device)
         x, y = batch
         x = x.to(self.device, non_blocking=True)
         if self.recipe.channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        return self.loss_fn(self.model(x), y.to(self.device, non_blocking=True))
+        return self.loss_fn(model(x), y.to(self.device, non_blocking=True))
 
-    def autocast_loss(self, batch: Any) -> torch.Tensor:
-        """``loss_of`` under the recipe's autocast (what the gradient noise scale measures)."""
+    def autocast_loss(self, batch: Any, model: nn.Module | None = None) -> torch.Tensor:
+        """``loss_of`` under the recipe's autocast (what the gradient noise scale measures; it
+        passes the bare model, so a data-parallel group's all-reduce is not entered alone)."""
         with autocast(self.device, self.recipe.precision):
-            return self.loss_of(batch)
+            return self.loss_of(batch, model)
 
     def _warm_up_lr(self) -> None:
         if self.recipe.warmup_steps > 0:

@@ -101,7 +101,8 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
         final_loss, short = stepper.last_loss, stepper.short_batches
         prof_s = profile_steps(stepper, config, trace_dir) if plan.profiled and trace_dir is not None else None
         # the bare model (no all-reduce): rank 0's own batches, like its validation
-        gns = (noise_scale(model, stepper.batches, stepper.autocast_loss, config.budget.gns_batches)
+        gns = (noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model),
+                           config.budget.gns_batches)
                if validate and placement.rank == 0 else None)
     return _Trained(window, peak, method, val_acc, scores, chance, final_loss, short, prof_s, gns, ds.description,
                     _sample_shape(ds.train[0]), accumulation, stepper.first_step_s,
