@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -157,8 +158,8 @@ def test_an_address_nothing_answers_at_is_refused_at_once(capsys: pytest.Capture
     assert time.monotonic() - t0 < 60 and not (tmp_path / "out").exists()
 
 
-def test_a_lost_study_or_an_unappendable_record_file_is_refused(capsys: pytest.CaptureFixture[str],
-                                                                 tmp_path: Path) -> None:
+def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys: pytest.CaptureFixture[str],
+                                                                         tmp_path: Path) -> None:
     import yaml
 
     from tests.conftest import tiny_config
@@ -168,9 +169,15 @@ def test_a_lost_study_or_an_unappendable_record_file_is_refused(capsys: pytest.C
     out = tmp_path / "out"
     assert _run(capsys, "search", str(cfg), "--output", str(out), "--quiet")[0] == 0
     (out / "study.db").unlink()
-    code, _, err = _run(capsys, "search", str(cfg), "--output", str(out), "--set", "budget.trials=2")
-    assert code == 2 and "would number trials from 0 again" in err and len(err.strip().splitlines()) == 1
-    assert len((out / "trials.jsonl").read_text().splitlines()) == 1  # nothing lost, nothing added
+    code, stdout, err = _run(capsys, "search", str(cfg), "--output", str(out), "--set", "budget.trials=2")
+    assert code == 0, err
+    assert "rebuilt from" in stdout and "(1 trial(s))" in stdout
+    ids = [json.loads(x)["trial_id"] for x in (out / "trials.jsonl").read_text().splitlines()]
+    assert ids == [0, 1]  # the new trial goes on after the old one: nothing hidden, nothing lost
+    import optuna
+
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{out / 'study.db'}")
+    assert [t.number for t in study.trials] == [0, 1] and study.trials[0].user_attrs["rebuilt_from"] == "trials.jsonl"
     other = tmp_path / "other"
     other.mkdir()
     (other / "config.yaml").write_text((out / "config.yaml").read_text())

@@ -21,7 +21,7 @@ from tune_batch.config import Config
 from tune_batch.confirm import ConfirmJob
 from tune_batch.confirm import jobs as confirm_jobs
 from tune_batch.decision import confirm_candidates, decide
-from tune_batch.errors import ConfigError, RunDirError, SearchInterrupted, UserError
+from tune_batch.errors import ConfigError, SearchInterrupted, UserError
 from tune_batch.files import write_files
 from tune_batch.pareto import Prefer
 from tune_batch.policy import Policy
@@ -155,9 +155,11 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
     name = study_name or config.name
     fresh = seam.prepare(storage, name, config)
     if fresh and done:
-        raise RunDirError(f"the Optuna study {name!r} is empty or missing (study.db deleted?) but {run_dir.trials_path} "
-                          f"holds {len(done)} finished trial(s): a new study would number trials from 0 again and "
-                          f"hide them; put study.db back, or start a new --output")
+        # study.db lost (or emptied): rebuilt from the records, so trial numbers go on after them
+        n = seam.rebuild(storage, name, config, done)
+        progress.say(f"warning: the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
+                     f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
+        fresh = False
     budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - len(done))})
     run_config = config.model_copy(update={"budget": budget})
     policy = Policy(config, done)

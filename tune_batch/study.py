@@ -88,6 +88,41 @@ def prepare(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
     return not study.trials
 
 
+def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Config,
+            records: list[TrialResult]) -> int:
+    """Re-create a lost (or emptied) study from the run's records, so its trial numbers go on
+    after them instead of starting at 0 again (which would hide the records of those numbers):
+    each searched record becomes a finished Optuna trial with its params, values (or FAIL),
+    constraints and user attributes; a number without a record becomes a FAIL placeholder.
+    Returns the trials added."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    space = config.space
+    dists = {"batch_size": CategoricalDistribution(space.batch_choices()),
+             "lr": FloatDistribution(space.lr.low, space.lr.high, log=space.lr.log),
+             "num_gpus": CategoricalDistribution(list(space.num_gpus))}
+    study = optuna.create_study(storage=storage, study_name=study_name, directions=list(config.directions),
+                                load_if_exists=True)
+    by_number = {r.trial_id: r for r in records if isinstance(r.trial_id, int)}
+    added = 0
+    for number in range(max(by_number, default=-1) + 1):
+        r = by_number.get(number)
+        if r is None:
+            study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                                      user_attrs={"status": "lost", "reason": "no record"}))
+        else:
+            values = answer(config, r)
+            p = r.params
+            study.add_trial(optuna.trial.create_trial(
+                state=optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL,
+                params={"batch_size": p.batch_size, "lr": p.lr, "num_gpus": p.num_gpus}, distributions=dists,
+                values=values, constraints=objectives.constraints(r),
+                user_attrs={"status": r.status.value, "reason": r.reason, "metrics": r.metrics.to_dict(),
+                            "rebuilt_from": "trials.jsonl"}))
+        added += 1
+    return added
+
+
 def create(config: Config, storage: Any, study_name: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Create (or load) a study with the config's directions; refuses mismatching ones."""
     s = optuna.create_study(storage=storage, study_name=study_name, directions=list(config.directions),
