@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _recommended(run: Path) -> dict:
     pareto = json.loads((run / "pareto.json").read_text())
     rec_id = pareto["recommended_trial_id"]
-    rec = next(t for t in pareto["trials"] if t["trial_id"] == rec_id)
+    rec = pareto.get("recommended") or next(t for t in pareto["trials"] if t["trial_id"] == rec_id)
     return {"params": rec["params"], "metrics": rec["metrics"], "objectives": [o["metric"] for o in pareto["objectives"]]}
 
 
