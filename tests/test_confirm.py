@@ -104,6 +104,7 @@ def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path:
     assert {"short_rank", "long_rank", "time_to_target_s", "samples_to_target", "curves"} <= set(conf["candidates"][0])
     assert pareto["recommendation_method"].startswith("time_to_target")
     assert pareto["recommended_trial_id"] == conf["recommended_trial_id"] == res.recommended.trial_id
+    assert pareto["recommended"]["trial_id"] == res.recommended.trial_id  # its own entry, front or not
     lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
     assert sum(1 for line in lines if json.loads(line)["info"].get("confirm_of") is not None) == 2
     # again on the same directory: nothing left to run, nothing rerun
