@@ -77,6 +77,12 @@ def test_mixed_precision_trials_run_and_say_so(precision: str) -> None:
     assert r.metrics.val_acc > 0.3 and math.isfinite(r.info.final_loss)
 
 
+def test_mfu_is_held_against_the_peak_of_the_trials_precision() -> None:
+    r = run_trial(tiny_config(train={"precision": "bf16"}, resources={"peak_flops": None}), P)
+    assert r.status is Status.OK, r.reason
+    assert "in bfloat16" in r.info.peak_source and r.metrics.mfu > 0
+
+
 def test_channels_last_and_fixed_accumulation_are_recorded() -> None:
     r = run_trial(tiny_config(train={"channels_last": True, "accumulation": 4}), P)
     assert r.status is Status.OK, r.reason

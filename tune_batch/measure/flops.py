@@ -159,7 +159,7 @@ def resolve_peak(device: Any, device_name: str, dtype: Any, *, config_peak: floa
             pass
     peak, rates = measure_peak(device, dtype)
     best = max(rates, key=rates.get)  # type: ignore[arg-type]
-    result = Peak(peak, f"measured: best of matmul and conv3x3 fwd+bwd on {device_name} ({best})")
+    result = Peak(peak, f"measured: best of matmul and conv3x3 fwd+bwd in {dtype_name} on {device_name} ({best})")
     _MEASURED[key] = result
     if cache is not None:
         try:

@@ -71,7 +71,9 @@ def mfu(config: Config, extra: dict[str, Any] | None, sample_shape: tuple[int, .
 
     per_sample, has_conv = _flops_per_sample(config, extra, sample_shape, batch)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{threads} threads"
-    peak = resolve_peak(device, name, torch.get_default_dtype(), config_peak=config.resources.peak_flops,
+    # the peak of the precision the trial computed in (tf32: the flags are on while this runs)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.train.precision, torch.get_default_dtype())
+    peak = resolve_peak(device, name, dtype, config_peak=config.resources.peak_flops,
                         cache_dir=run_dir, host=socket.gethostname(), has_conv=has_conv)
     value = per_sample * samples_per_s / (peak.flops_per_s * world)
     flag = None

@@ -239,8 +239,8 @@ def measure(config: Config, params: Params, placement: Placement = Placement(), 
                 if i + 1 == len(tries) or not is_oom_error(e):
                     raise
                 release_memory(device)
-    return _record(config, params, plan, placement, device, trained, cap, extra, trace_dir, start).replace(
-        trial_id=trial_id)
+        return _record(config, params, plan, placement, device, trained, cap, extra, trace_dir, start).replace(
+            trial_id=trial_id)
 
 
 def run_trial(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
