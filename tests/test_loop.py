@@ -132,3 +132,44 @@ def test_the_ladder_scales_the_lr_by_the_optimizer_family() -> None:
     assert (s16["batch_size"], s64["batch_size"]) == (16, 64) == (a16["batch_size"], a64["batch_size"])
     assert s64["lr"] / s16["lr"] == pytest.approx(4.0) or s64["lr"] == sgd.space.lr.high  # linear for SGD
     assert a64["lr"] / a16["lr"] == pytest.approx(2.0)  # square root for Adam
+
+
+def test_builders_step_and_evaluate_as_python_callables(tmp_path: Path) -> None:
+    """What a notebook user does: functions defined right here (Ray ships them by value)."""
+    from torch.utils.data import TensorDataset
+
+    from tune_batch.config import config_from_dict
+
+    def my_model(num_classes: int = 3, hidden: int = 16) -> nn.Module:
+        return nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def my_data(n: int = 1024) -> tuple:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(n + 256, 8, generator=g)
+        y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+        return TensorDataset(x[:n], y[:n]), TensorDataset(x[n:], y[n:])
+
+    def my_step(model, batch, device):
+        x, y = batch
+        return nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+
+    def my_eval(model, loader, device):
+        right = total = 0
+        for x, y in loader:
+            right += int((model(x.to(device)).argmax(1) == y.to(device)).sum())
+            total += len(y)
+        return {"val_acc": right / total, "val_error": 1 - right / total}
+
+    raw = tiny_config(data={"name": "digits", "val_samples": 256}).to_dict()
+    raw["model"] = {"name": "x", "num_classes": 3, "kwargs": {"hidden": 16}}
+    raw["data"] = {"name": "x", "val_samples": 256, "resize": None}
+    raw["objectives"] = [{"metric": "samples_per_s"}, {"metric": "val_error", "direction": "minimize"}]
+    for backend in ("optuna", "ray"):
+        cfg = config_from_dict({**raw, "search": {"backend": backend, "seed": 0}, "budget": {
+            **raw["budget"], "trials": 2, "train_samples": 512}}, model=my_model, data=my_data, step=my_step,
+            evaluate=my_eval)
+        assert cfg.model.name.startswith("callable:") and cfg.train.step.startswith("callable:")
+        search(cfg, tmp_path / backend, quiet=True)
+        recs = [json.loads(x) for x in (tmp_path / backend / "trials.jsonl").read_text().splitlines()]
+        assert len(recs) == 2 and all(r["status"] == "ok" for r in recs), [r["reason"] for r in recs]
+        assert all(0 <= r["metrics"]["val_error"] <= 1 for r in recs)

@@ -12,13 +12,45 @@ from typing import Any
 
 from tune_batch.errors import WorkloadError
 
+#: Python callables given to the config directly (notebooks): name -> function. The config
+#: holds ``callable:<module>.<qualname>``; Ray trials get a copy (``installed``).
+CALLABLE_PREFIX = "callable:"
+_CALLABLES: dict[str, Callable[..., Any]] = {}
+
+
+def register(fn: Callable[..., Any]) -> str:
+    """Keep ``fn`` for this process (and the Ray trials it starts); returns the config string
+    that names it."""
+    if not callable(fn):
+        raise WorkloadError(f"{fn!r} is not callable")
+    spec = f"{CALLABLE_PREFIX}{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    _CALLABLES[spec] = fn
+    return spec
+
+
+def registered() -> dict[str, Callable[..., Any]]:
+    """The callables registered in this process (what a Ray trial must install)."""
+    return dict(_CALLABLES)
+
+
+def install(callables: dict[str, Callable[..., Any]] | None) -> None:
+    """Register callables shipped from the driver (in a Ray trial's process)."""
+    _CALLABLES.update(callables or {})
+
 
 def resolve_callable(spec: str, field: str) -> Callable[..., Any]:
-    """Return the callable named by ``pkg.module:function``.
+    """Return the callable named by ``pkg.module:function`` (or registered as a Python callable).
 
     Raises WorkloadError naming ``field`` when the module does not import, the attribute is
     missing or it is not callable.
     """
+    if spec.startswith(CALLABLE_PREFIX):
+        fn = _CALLABLES.get(spec)
+        if fn is None:
+            raise WorkloadError(f"{field} = {spec!r}: a Python callable given in another process; pass the function "
+                                f"again (load_config(..., {field.split('.')[-1] if field != 'model.name' else 'model'}="
+                                f"fn)) or use 'pkg.module:function'")
+        return fn
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise WorkloadError(f"{field} = {spec!r}: expected 'pkg.module:function'")

@@ -26,6 +26,7 @@ from tune_batch.config import Config, config_from_dict
 from tune_batch.oom import is_oom_error
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
+from tune_batch.workload.resolve import install, registered
 
 LAUNCHER = "ray.train.torch.TorchTrainer"
 
@@ -39,6 +40,7 @@ def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
     placement = Placement(rank=ctx.get_world_rank(), world=ctx.get_world_size(), threads=loop_config["threads"],
                           node_id=str(ray.get_runtime_context().get_node_id()))
     torch.set_num_threads(loop_config["threads"])
+    install(loop_config.get("callables"))  # Python callables the driver's config names
     res = measure(config_from_dict(loop_config["config"]), Params.of(loop_config["params"]), placement,
                   extra=loop_config.get("extra"), run_dir=loop_config["run_dir"], trial_id=loop_config["trial_id"],
                   validate=loop_config["validate"])
@@ -109,6 +111,7 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
     trainer = TorchTrainer(
         _worker_loop,
         train_loop_config={"config": config.to_dict(), "params": params.to_dict(), "trial_id": trial_id,
+                           "callables": registered(),
                            "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate, "extra": extra},
         scaling_config=ray.train.ScalingConfig(num_workers=n, use_gpu=use_gpu, resources_per_worker={
             "CPU": cpus_per_worker, **({"GPU": 1.0} if use_gpu else {})}),

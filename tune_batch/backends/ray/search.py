@@ -24,6 +24,7 @@ from tune_batch.repeats import RepeatJob
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
 from tune_batch.space import define_by_run, seed_points
+from tune_batch.workload.resolve import registered
 
 EXPERIMENT = "tune"
 
@@ -58,7 +59,8 @@ def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any
         storage=storage, study_name=study_name, config=config, policy=policy,
     )
     trainable = tune.with_resources(
-        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()), plan=plan),
+        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()), plan=plan,
+                             callables=registered()),
         plan.for_trial,
     )
     callbacks: list[tune.Callback] = [Records(run_dir, progress)]
@@ -73,7 +75,7 @@ def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence
              progress: Progress, verbose: bool, kind: str = "repeats") -> None:
     specs = [job.spec() for job in jobs]
     trainable = tune.with_resources(
-        tune.with_parameters(repeat_trainable, specs=specs, config_dict=config.to_dict(),
+        tune.with_parameters(repeat_trainable, specs=specs, config_dict=config.to_dict(), callables=registered(),
                              run_dir=str(run_dir.path.resolve()), plan=plan),
         lambda spec: plan.for_trial(specs[spec["job"]]),
     )

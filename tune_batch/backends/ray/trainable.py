@@ -17,6 +17,7 @@ from tune_batch.policy import skipped
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.repeats import seeded
 from tune_batch.trial.faults import TrialTimeout
+from tune_batch.workload.resolve import install
 
 HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
@@ -35,9 +36,9 @@ def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
 
 
 def repeat_trainable(spec: dict[str, Any], *, specs: list[dict[str, Any]], config_dict: dict[str, Any], run_dir: str,
-                     plan: ResourcePlan) -> None:
+                     plan: ResourcePlan, callables: dict[str, Any] | None = None) -> None:
     """A repeat's Tune function: the job ``spec["job"]`` of ``specs``, measured as any trial."""
-    ray_trainable(specs[spec["job"]], config_dict=config_dict, run_dir=run_dir, plan=plan)
+    ray_trainable(specs[spec["job"]], config_dict=config_dict, run_dir=run_dir, plan=plan, callables=callables)
 
 
 def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
@@ -68,10 +69,12 @@ def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
     return outcome.value, False
 
 
-def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str, plan: ResourcePlan) -> None:
+def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str, plan: ResourcePlan,
+                  callables: dict[str, Any] | None = None) -> None:
     """Measure one trial and report it. A trial that hangs (one worker) or a worker group that
     does not end reports its record first, then raises, so Ray discards this process and with
     it what hangs and what it owns."""
+    install(callables)  # Python callables the driver's config names (notebooks)
     config = config_from_dict(config_dict)
     if spec.get("seed") is not None:  # a repeat of a searched config with another seed
         config = seeded(config, int(spec["seed"]))
