@@ -12,9 +12,11 @@ from tune_batch.errors import ConfigError, TuneBatchError, UserError
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "TuneBatchError", "UserError", "load_config", "run_trial", "search", "__version__"]
+__all__ = ["Config", "ConfigError", "TuneBatchError", "UserError", "load_config", "load_run", "run_trial", "search",
+           "__version__"]
 
 if TYPE_CHECKING:
+    from tune_batch.frames import load_run
     from tune_batch.runner import search
     from tune_batch.trial import run_trial
 
@@ -25,6 +27,10 @@ def __getattr__(name: str) -> Any:
         from tune_batch.trial import run_trial
 
         return run_trial
+    if name == "load_run":
+        from tune_batch.frames import load_run
+
+        return load_run
     if name == "search":
         from tune_batch.runner import search
 

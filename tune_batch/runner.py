@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from tune_batch.config import Config
 from tune_batch.confirm import ConfirmJob
@@ -42,6 +43,12 @@ class SearchResult:
     front: list[TrialResult]
     recommended: TrialResult | None
     report: Report = field(repr=False)
+
+    def dataframe(self) -> Any:
+        """Every record of the run (trials, repeats, confirmation runs) as a pandas DataFrame."""
+        from tune_batch.frames import to_frame
+
+        return to_frame([*self.records, *self.report.repeats, *self.report.confirm_runs])
 
 
 def default_output(config: Config) -> Path:
@@ -222,6 +229,22 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
                               study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)
 
 
+def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url: str | None,
+                    study_name: str | None) -> None:
+    """Name the study's objectives (where it has no names) and record the recommendation and
+    the run directory on it, so Optuna's own views and plots read like the report."""
+    if not records_exist(run_dir):
+        return
+    from tune_batch import study as seam
+
+    seam.annotate_study(seam.open_storage(storage_url or run_dir.study_url), study_name or config.name, config,
+                        report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()))
+
+
+def records_exist(run_dir: RunDir) -> bool:
+    return run_dir.trials_path.exists() and run_dir.trials_path.stat().st_size > 0
+
+
 def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, address: str | None,
                    storage_url: str | None, study_name: str | None, force: bool, quiet: bool, verbose: bool,
                    prefer: Prefer) -> SearchResult:
@@ -249,6 +272,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     records, warnings = run_dir.records()
     report = decide(config, records, warnings, prefer=prefer)
     write_files(report, run_dir.path)
+    _annotate_study(config, run_dir, report, storage_url, study_name)
     # fewer searched records than the budget: the search was stopped (every trial that ends,
     # however it ends, is recorded), whichever backend caught the signal
     interrupted = (stopped or len(report.records) < config.budget.trials or bool(_plan_repeats(config, run_dir))

@@ -88,6 +88,24 @@ def prepare(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
     return not study.trials
 
 
+def annotate_study(storage: optuna.storages.BaseStorage, study_name: str, config: Config, recommended: Any,
+                   run_dir: str) -> None:
+    """Objective names on the study (unless it has some), and the recommended trial and the run
+    directory as study user attributes. A study that does not exist is left alone."""
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return
+    if not study.metric_names:
+        import warnings
+
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(config.metric_names)
+    study.set_user_attr("tune_batch_recommended_trial", recommended)
+    study.set_user_attr("tune_batch_run_dir", run_dir)
+
+
 def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Config,
             records: list[TrialResult]) -> int:
     """Re-create a lost (or emptied) study from the run's records, so its trial numbers go on
