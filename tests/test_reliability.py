@@ -122,7 +122,7 @@ def test_a_local_search_listens_on_loopback_only(tmp_path: Path) -> None:
     if shutil.which("ss") is None:
         pytest.skip("needs ss (iproute2)")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(json.dumps({**tiny_config(budget={"trials": 3, "train_samples": 4096}).to_dict()}))
+    cfg.write_text(json.dumps({**tiny_config(budget={"trials": 2, "train_samples": 3072}).to_dict()}))
     proc = subprocess.Popen([sys.executable, "-m", "tune_batch", "search", str(cfg), "--output", str(tmp_path / "run"),
                              "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
