@@ -7,16 +7,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-#: torch.optim optimizers by name (lower case); LBFGS needs a closure and is not offered.
-OPTIMIZERS = ("sgd", "adam", "adamw", "adamax", "nadam", "radam", "rmsprop", "adagrad", "adadelta", "asgd")
+#: torch.optim optimizers by name (lower case) -> their class in torch.optim; LBFGS needs a
+#: closure and is not offered.
+OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "adamax": "Adamax", "nadam": "NAdam", "radam": "RAdam",
+              "rmsprop": "RMSprop", "adagrad": "Adagrad", "adadelta": "Adadelta", "asgd": "ASGD"}
 #: Adam-like: adaptive per-parameter steps, whose learning rate scales with the square root of
 #: the batch size; SGD-like ones scale linearly (Goyal et al. 2017).
 ADAPTIVE = ("adam", "adamw", "adamax", "nadam", "radam", "rmsprop", "adagrad", "adadelta")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 class Section(BaseModel):
+    """Every config section: unknown keys rejected, strict types, immutable."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 

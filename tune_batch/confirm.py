@@ -61,6 +61,15 @@ def step_before(curve: Sequence[Sequence[float]], target: float | None) -> float
     return None
 
 
+def chance_floor(config: Config, records: Sequence[TrialResult]) -> tuple[float, float]:
+    """(chance, the least val_acc beyond it): chance is the validation set's majority-class rate
+    the records measured (1 / num_classes where none did); beyond it means above chance by more
+    than the binomial sampling noise (95 %) of the validation set."""
+    rates = [r.info.chance_acc for r in records if r.info.chance_acc is not None]
+    chance = max(rates) if rates else 1.0 / config.model.num_classes
+    return chance, chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
+
+
 def first_reach(curve: Sequence[Sequence[float]], target: float | None) -> tuple[float, float] | None:
     """(training seconds, samples) at the first validation at or above ``target``, or None."""
     if target is None:
@@ -147,9 +156,7 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     if not ranked:
         return None
     best_any = max(c[2] for _, t in ranked for r in by[t.trial_id] for c in r.info.curve or [])
-    rates = [r.info.chance_acc for rs in by.values() for r in rs if r.info.chance_acc is not None]
-    chance = max(rates) if rates else 1.0 / config.model.num_classes
-    floor = chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
+    chance, floor = chance_floor(config, [r for rs in by.values() for r in rs])
     c = config.confirm
     target: float | None
     if c.target is not None:

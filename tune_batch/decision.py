@@ -16,7 +16,7 @@ from tune_batch.oom import cap_bytes
 from tune_batch.pareto import Prefer
 from tune_batch.records import TrialResult
 from tune_batch.repeats import candidates
-from tune_batch.report import Report, build_report, tradeoffs
+from tune_batch.report import Report, build_report, latest_per_trial, tradeoffs
 
 TIME_TO_TARGET = "time_to_target"
 
@@ -41,7 +41,7 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     preference is not another objective)."""
     base_prefer = None if prefer == TIME_TO_TARGET else prefer
     report = build_report(config, [r for r in records if r.info.confirm_of is None], warnings, prefer=base_prefer)
-    runs = [r for r in _latest(records) if r.info.confirm_of is not None]
+    runs = [r for r in latest_per_trial(records) if r.info.confirm_of is not None]
     if not runs:
         return report
     # every config with runs, in the order the short budget ranks them (a finished run read with
@@ -72,10 +72,3 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     cap = cap_bytes(config.resources.device_memory, None)
     report.tradeoffs.update({r.trial_id: tradeoffs(report, r, best.trial, cap) for r in report.front})
     return report
-
-
-def _latest(records: Sequence[TrialResult]) -> list[TrialResult]:
-    by: dict[object, TrialResult] = {}
-    for r in records:
-        by[r.trial_id] = r
-    return list(by.values())

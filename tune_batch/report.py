@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tune_batch.config import Config
+from tune_batch.confirm import chance_floor
 from tune_batch.confirm import lines as confirm_lines
 from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
@@ -131,12 +132,10 @@ def nothing_learned(config: Config, front_pts: list[Point], records: Sequence[Tr
     majority-class rate of the validation set (or 1 / num_classes where that is unknown)."""
     if "val_acc" not in config.metric_names or not front_pts:
         return None
-    rates = [r.info.chance_acc for r in records if r.info.chance_acc is not None]
-    chance = max(rates) if rates else 1.0 / config.model.num_classes
+    chance, floor = chance_floor(config, records)
     best = max(front_pts, key=lambda p: p.mean["val_acc"])
     # the seeds' spread where measured, and at least the binomial sampling noise of the validation set
-    sampling = 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
-    if best.mean["val_acc"] - max(best.ci.get("val_acc") or 0.0, sampling) > chance:
+    if best.mean["val_acc"] - max(best.ci.get("val_acc") or 0.0, floor - chance) > chance:
         return None
     return (f"nothing was learned: the best val_acc on the front, {best.mean['val_acc']:.3f} (trial {best.trial.trial_id}), "
             f"is within noise of chance ({chance:.3f}, the majority class); no recommendation from these trials "

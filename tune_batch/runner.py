@@ -129,10 +129,9 @@ def _one_worker_only(config: Config, progress: Progress) -> Config:
     return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
 
 
-def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
-    """The repeats the finished search still needs (from its records as they are now); none
-    while the search itself is unfinished (stopped by a signal)."""
-    records, _ = run_dir.records()
+def _repeats_of(config: Config, records: list[TrialResult]) -> list[RepeatJob]:
+    """The repeats the finished search still needs, given its records; none while the search
+    itself is unfinished (stopped by a signal)."""
     # chosen from the searched trials alone, so that a resumed search picks the same candidates
     searched = [r for r in latest_per_trial(records) if r.searched]
     if len(searched) < config.budget.trials:
@@ -140,17 +139,30 @@ def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
     return repeat_jobs(config, build_report(config, searched), {r.trial_id for r in records})
 
 
-def _plan_confirm(config: Config, run_dir: RunDir) -> list[ConfirmJob]:
+def _confirms_of(config: Config, records: list[TrialResult]) -> list[ConfirmJob]:
     """The confirmation runs still needed, once the search and its repeats are complete: the
     candidates of the report of both (the same on a resumed search)."""
     if config.train.evaluate is not None:  # time to target is read on the built-in val_acc
         return []
-    records, _ = run_dir.records()
     searched = [r for r in latest_per_trial(records) if r.searched]
-    if len(searched) < config.budget.trials or _plan_repeats(config, run_dir):
+    if len(searched) < config.budget.trials or _repeats_of(config, records):
         return []
     base = build_report(config, [r for r in records if r.info.confirm_of is None])
     return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records})
+
+
+def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
+    return _repeats_of(config, run_dir.records()[0])
+
+
+def _plan_confirm(config: Config, run_dir: RunDir) -> list[ConfirmJob]:
+    return _confirms_of(config, run_dir.records()[0])
+
+
+def _stages_pending(config: Config, run_dir: RunDir) -> bool:
+    """Repeats or confirmation runs still to run (the records read once)."""
+    records = run_dir.records()[0]
+    return bool(_repeats_of(config, records) or _confirms_of(config, records))
 
 
 def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
@@ -263,7 +275,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                      f"{max(0, config.budget.trials - len(done))} to run")
     stopped = False
     received["signal"] = None
-    if config.budget.trials > len(done) or _plan_repeats(config, run_dir) or _plan_confirm(config, run_dir):
+    if config.budget.trials > len(done) or _stages_pending(config, run_dir):
         try:
             _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
                          study_name=study_name, verbose=verbose)
@@ -275,8 +287,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     _annotate_study(config, run_dir, report, storage_url, study_name)
     # fewer searched records than the budget: the search was stopped (every trial that ends,
     # however it ends, is recorded), whichever backend caught the signal
-    interrupted = (stopped or len(report.records) < config.budget.trials or bool(_plan_repeats(config, run_dir))
-                   or bool(_plan_confirm(config, run_dir)))
+    interrupted = stopped or len(report.records) < config.budget.trials or _stages_pending(config, run_dir)
     if not quiet:
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",

@@ -142,17 +142,14 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
 
         with graceful():
             study.optimize(objective, n_trials=config.budget.trials, gc_after_trial=True, callbacks=[stop_if_signalled])
-    if received["signal"] is not None:
-        return
-    jobs = plan_repeats() if plan_repeats is not None else []
-    if jobs:
-        progress.repeating(len(jobs))
-        with graceful():
-            run_repeats(config, run_dir, jobs, progress)
-    if received["signal"] is not None:
-        return
-    confirm_jobs = plan_confirm() if plan_confirm is not None else []
-    if confirm_jobs:
-        progress.confirming(len(confirm_jobs))
-        with graceful():
-            run_repeats(config, run_dir, confirm_jobs, progress)
+    # the stages after the search, each planned from the records the one before it left
+    stages: list[tuple[Callable[[], Sequence[RepeatJob | ConfirmJob]] | None, Callable[[int], None]]] = [
+        (plan_repeats, progress.repeating), (plan_confirm, progress.confirming)]
+    for plan, announce in stages:
+        if received["signal"] is not None:
+            return
+        jobs = plan() if plan is not None else []
+        if jobs:
+            announce(len(jobs))
+            with graceful():
+                run_repeats(config, run_dir, jobs, progress)

@@ -7,7 +7,6 @@ run would pay is in them: data loading, the steps, the optimizer. One worker.
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import socket
@@ -17,12 +16,10 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
-from tune_batch.oom import is_oom_error
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
-from tune_batch.trial.faults import classify
-from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags, release_memory
-from tune_batch.trial.run import accumulations
+from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags
+from tune_batch.trial.run import boundary, with_accumulation
 from tune_batch.trial.setup import Placement, apply_memory_cap, build_net, device_name, load_data, pick_device
 
 
@@ -89,23 +86,15 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
     start = time.perf_counter()
     p = Params.of(params)
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
-    prev_threads = torch.get_num_threads()
     device = pick_device()
-    try:
-        if threads:
-            torch.set_num_threads(threads)
-        tries = accumulations(config, p.batch_size, 1)
+
+    def work() -> TrialResult:
         with precision_flags(config.train.precision, device):
-            for i, accumulation in enumerate(tries):
-                torch.manual_seed(config.search.seed)
+            def attempt(accumulation: int) -> tuple[list[list[float]], float | None, int, str]:
                 apply_memory_cap(config, device)
-                try:
-                    curve, chance, steps, data = _curve(config, p, device, start, extra, accumulation)
-                    break
-                except Exception as e:  # auto accumulation: out of memory, twice the micro-batches
-                    if i + 1 == len(tries) or not is_oom_error(e):
-                        raise
-                    release_memory(device)
+                return _curve(config, p, device, start, extra, accumulation)
+
+            (curve, chance, steps, data), accumulation = with_accumulation(config, p.batch_size, 1, device, attempt)
         samples, train_s, acc, loss = curve[-1]
         metrics = Metrics(samples_per_s=samples / train_s if train_s > 0 else None, val_acc=acc,
                           duration_s=time.perf_counter() - start)
@@ -115,13 +104,5 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
                           precision=config.train.precision, optimizer=config.optimizer.name,
                           accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation))
         return TrialResult(trial_id, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
-    except Exception as e:  # the trial boundary: every fault becomes a record
-        status, reason, trace = classify(e)
-        return TrialResult(trial_id, p, status, reason, duration_s=time.perf_counter() - start,
-                           info=base.with_(device=device_name(device, torch.get_num_threads())), traceback=trace)
-    finally:
-        torch.set_num_threads(prev_threads)
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
-            torch.cuda.empty_cache()
+
+    return boundary(p, trial_id, threads, start, base, work)

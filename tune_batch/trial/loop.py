@@ -18,21 +18,19 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from tune_batch.config import Config
+from tune_batch.config_train import OPTIMIZERS
 from tune_batch.measure.cpu import PeakRss
 from tune_batch.oom import MemoryCapExceeded
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout
 from tune_batch.workload import build_model
 from tune_batch.workload.resolve import resolve_callable
 
-_OPTIMIZER_CLASSES = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "adamax": "Adamax", "nadam": "NAdam",
-                      "radam": "RAdam", "rmsprop": "RMSprop", "adagrad": "Adagrad", "adadelta": "Adadelta", "asgd": "ASGD"}
-
 
 def make_optimizer(config: Config, params: Any, lr: float) -> torch.optim.Optimizer:
     """``optimizer.name`` from torch.optim with its weight decay and kwargs (SGD: the seed's
     momentum too). Raises TypeError for keyword arguments the optimizer does not take."""
     o = config.optimizer
-    cls = getattr(torch.optim, _OPTIMIZER_CLASSES[o.name])
+    cls = getattr(torch.optim, OPTIMIZERS[o.name])
     kwargs: dict[str, Any] = {"weight_decay": o.weight_decay}
     if o.name == "sgd":
         kwargs["momentum"] = o.momentum
@@ -182,7 +180,7 @@ class Stepper:
             self.short_batches += 1
         micro = split_batch(batch, self.recipe.accumulation)
         self.opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), device=self.device)
+        total: torch.Tensor | None = None
         for i, mb in enumerate(micro):
             last = i == len(micro) - 1
             sync = contextlib.nullcontext() if last or not hasattr(self.model, "no_sync") else self.model.no_sync()
@@ -192,7 +190,7 @@ class Stepper:
                 share = batch_len(mb) / n if n > 0 and len(micro) > 1 else 1.0
                 scaled = loss.float() * share
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
-            total = total + scaled.detach()
+            total = scaled.detach() if total is None else total + scaled.detach()
         self._warm_up_lr()
         if self.scaler is not None:
             self.scaler.step(self.opt)

@@ -12,9 +12,10 @@ import gc
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader
@@ -42,6 +43,8 @@ from tune_batch.trial.setup import (
     trace_dir_of,
 )
 from tune_batch.trial.window import Window, profile_steps, timed_window, warm_up
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -214,6 +217,47 @@ def accumulations(config: Config, per_worker: int, world: int) -> list[int]:
     return out
 
 
+def with_accumulation(config: Config, per_worker: int, world: int, device: torch.device,
+                      attempt: Callable[[int], T]) -> tuple[T, int]:
+    """``attempt(accumulation)`` from the trial's seed for each micro-batch count of
+    :func:`accumulations`, until one does not run out of memory; (its result, that count).
+    Anything else, and the last attempt's out of memory, is raised."""
+    tries = accumulations(config, per_worker, world)
+    for i, accumulation in enumerate(tries):
+        torch.manual_seed(config.search.seed)
+        try:
+            return attempt(accumulation), accumulation
+        except Exception as e:
+            if i + 1 == len(tries) or not is_oom_error(e):
+                raise
+            release_memory(device)
+    raise AssertionError("accumulations() is never empty")
+
+
+def boundary(p: Params, trial_id: int | str | None, threads: int | None, start: float, base: TrialInfo,
+             work: Callable[[], TrialResult]) -> TrialResult:
+    """The one-worker trial boundary: ``work()`` with ``threads`` torch threads (put back
+    after); any fault becomes a record (out of memory ``oom``, non-finite ``diverged``, else
+    ``failed`` with its reason and traceback); the device's memory is released afterwards."""
+    prev_threads = torch.get_num_threads()
+    device = pick_device()
+    try:
+        if threads:
+            torch.set_num_threads(threads)
+        return work()
+    except Exception as e:  # the trial boundary: every fault becomes a record
+        status, reason, trace = classify(e)
+        info = base.with_(device=device_name(device, torch.get_num_threads()))
+        return TrialResult(trial_id, p, status, reason, duration_s=time.perf_counter() - start, info=info,
+                           traceback=trace)
+    finally:
+        torch.set_num_threads(prev_threads)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+            torch.cuda.empty_cache()
+
+
 def measure(config: Config, params: Params, placement: Placement = Placement(), *, extra: dict[str, Any] | None = None,
             run_dir: str | Path | None = None, trial_id: Any = None, validate: bool = True,
             start: float | None = None) -> TrialResult:
@@ -226,19 +270,14 @@ def measure(config: Config, params: Params, placement: Placement = Placement(), 
     device = pick_device()
     trace_dir = trace_dir_of(run_dir, trial_id)
     plan = plan_steps(config, params, profiling=trace_dir is not None)
-    tries = accumulations(config, params.batch_size // placement.world, placement.world)
+    def attempt(accumulation: int) -> tuple[_Trained, MemoryCap]:
+        cap = apply_memory_cap(config, device)
+        return _train(config, params, plan, placement, device, cap, deadline, extra, trace_dir, validate,
+                      accumulation), cap
+
     with precision_flags(config.train.precision, device):
-        for i, accumulation in enumerate(tries):
-            torch.manual_seed(config.search.seed)
-            cap = apply_memory_cap(config, device)
-            try:
-                trained = _train(config, params, plan, placement, device, cap, deadline, extra, trace_dir, validate,
-                                 accumulation)
-                break
-            except Exception as e:
-                if i + 1 == len(tries) or not is_oom_error(e):
-                    raise
-                release_memory(device)
+        (trained, cap), _ = with_accumulation(config, params.batch_size // placement.world, placement.world, device,
+                                              attempt)
         return _record(config, params, plan, placement, device, trained, cap, extra, trace_dir, start).replace(
             trial_id=trial_id)
 
@@ -260,21 +299,6 @@ def run_trial(config: Config, params: Params | dict[str, Any], *, trial_id: int 
     if p.num_gpus > 1:
         return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 runs on a worker group: use the ray backend",
                            duration_s=0.0, info=base)
-    prev_threads = torch.get_num_threads()
-    device = pick_device()
-    try:
-        if threads:
-            torch.set_num_threads(threads)
-        return measure(config, p, Placement(threads=threads, node_id=node_id), extra=extra, run_dir=run_dir,
-                       trial_id=trial_id, validate=validate, start=start)
-    except Exception as e:  # the trial boundary: every fault becomes a record
-        status, reason, trace = classify(e)
-        info = base.with_(device=device_name(device, torch.get_num_threads()))
-        return TrialResult(trial_id, p, status, reason, duration_s=time.perf_counter() - start, info=info,
-                           traceback=trace)
-    finally:
-        torch.set_num_threads(prev_threads)
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.set_per_process_memory_fraction(1.0, device)
-            torch.cuda.empty_cache()
+    return boundary(p, trial_id, threads, start, base, lambda: measure(
+        config, p, Placement(threads=threads, node_id=node_id), extra=extra, run_dir=run_dir, trial_id=trial_id,
+        validate=validate, start=start))
