@@ -6,6 +6,7 @@ For each batch size, --repeats rounds; in each round the fp32 and the bf16 trial
 each side and the median of the per-round ratios (bf16 / fp32), with the ratios' range.
 
 Usage: python scripts/bench_precision.py [--config configs/quickstart.yaml] [--batch-sizes 64 256] [--repeats 3]
+       [--precisions fp32 bf16 fp16 tf32] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -29,15 +30,20 @@ def main() -> None:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lr", type=float, default=0.04)
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"],
+                    help="the first is the reference of every ratio (default: fp32 bf16; CUDA also fp16, tf32)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="config override KEY=VALUE")
     args = ap.parse_args()
-    base = load_config(args.config)
+    base = load_config(args.config, args.overrides)
+    ref, others = args.precisions[0], args.precisions[1:]
     configs = {p: base.model_copy(update={"train": base.train.model_copy(update={"precision": p})})
-               for p in ("fp32", "bf16")}
-    mem_ratios, sps_ratios = [], []
+               for p in args.precisions}
+    mem_ratios: dict[str, list[float]] = {p: [] for p in others}
+    sps_ratios: dict[str, list[float]] = {p: [] for p in others}
     for b in args.batch_sizes:
-        runs: dict[str, list] = {"fp32": [], "bf16": []}
+        runs: dict[str, list] = {p: [] for p in args.precisions}
         for k in range(args.repeats):
-            order = ("fp32", "bf16") if k % 2 == 0 else ("bf16", "fp32")
+            order = args.precisions if k % 2 == 0 else args.precisions[::-1]
             for p in order:
                 r = run_trial(configs[p], {"batch_size": b, "lr": args.lr, "num_gpus": 1})
                 if r.status.value != "ok":
@@ -45,25 +51,27 @@ def main() -> None:
                 runs[p].append(r)
                 print(f"batch {b} round {k + 1} {p}: peak {r.metrics.peak_mem_bytes / 2**20:.2f} MiB "
                       f"({r.info.peak_mem_method}), {r.metrics.samples_per_s:.0f} samples/s, "
-                      f"val_acc {r.metrics.val_acc:.3f}", flush=True)
-        mem = [b16.metrics.peak_mem_bytes / f32.metrics.peak_mem_bytes for f32, b16 in zip(runs["fp32"], runs["bf16"])]
-        sps = [b16.metrics.samples_per_s / f32.metrics.samples_per_s for f32, b16 in zip(runs["fp32"], runs["bf16"])]
-        mem_ratios.append(statistics.median(mem))
-        sps_ratios.append(statistics.median(sps))
+                      f"val_acc {r.metrics.val_acc:.3f} on {r.info.device}", flush=True)
 
         def med(p: str, f, runs: dict = runs) -> float:
             return statistics.median(f(r) for r in runs[p])
 
-        print(f"batch {b}: peak fp32 {med('fp32', lambda r: r.metrics.peak_mem_bytes) / 2**20:.2f} MiB, bf16 "
-              f"{med('bf16', lambda r: r.metrics.peak_mem_bytes) / 2**20:.2f} MiB (ratio {mem_ratios[-1]:.3f}, "
-              f"rounds {min(mem):.3f}-{max(mem):.3f}); samples/s fp32 {med('fp32', lambda r: r.metrics.samples_per_s):.0f}, "
-              f"bf16 {med('bf16', lambda r: r.metrics.samples_per_s):.0f} (ratio {sps_ratios[-1]:.3f}, rounds "
-              f"{min(sps):.3f}-{max(sps):.3f})")
-    lower = all(m < 1.0 for m in mem_ratios)
-    print("bf16 peak memory is lower than fp32 at every batch size measured" if lower else
-          "bf16 peak memory is NOT lower than fp32 at every batch size on this machine")
-    print(f"RESULT bf16_mem_ratio={statistics.median(mem_ratios):.3f} bf16_sps_ratio={statistics.median(sps_ratios):.3f} "
-          f"lower_everywhere={int(lower)}")
+        for p in others:
+            mem = [x.metrics.peak_mem_bytes / r.metrics.peak_mem_bytes for r, x in zip(runs[ref], runs[p])]
+            sps = [x.metrics.samples_per_s / r.metrics.samples_per_s for r, x in zip(runs[ref], runs[p])]
+            mem_ratios[p].append(statistics.median(mem))
+            sps_ratios[p].append(statistics.median(sps))
+            print(f"batch {b}: peak {ref} {med(ref, lambda r: r.metrics.peak_mem_bytes) / 2**20:.2f} MiB, {p} "
+                  f"{med(p, lambda r: r.metrics.peak_mem_bytes) / 2**20:.2f} MiB (ratio {mem_ratios[p][-1]:.3f}, "
+                  f"rounds {min(mem):.3f}-{max(mem):.3f}); samples/s {ref} {med(ref, lambda r: r.metrics.samples_per_s):.0f}, "
+                  f"{p} {med(p, lambda r: r.metrics.samples_per_s):.0f} (ratio {sps_ratios[p][-1]:.3f}, rounds "
+                  f"{min(sps):.3f}-{max(sps):.3f})")
+    lower = {p: all(m < 1.0 for m in mem_ratios[p]) for p in others}
+    for p in others:
+        print(f"{p} peak memory is {'' if lower[p] else 'NOT '}lower than {ref} at every batch size measured")
+    figures = " ".join(f"{p}_mem_ratio={statistics.median(mem_ratios[p]):.3f} {p}_sps_ratio={statistics.median(sps_ratios[p]):.3f}"
+                       for p in others)
+    print(f"RESULT {figures} lower_everywhere={int(all(lower.values()))}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ on a CPU-only machine. Prints one JSON object; exits 1 when a check fails, 2 wit
 2. oom:    a real CUDA out-of-memory under resources.device_memory, recorded as status oom
 3. mfu:    MFU of a model that is large matmuls (builtin mlp), expected between 0.3 and 1
 4. search: a 6-trial Ray Tune search on synthetic data ends with every trial recorded
+5. interference: a second process running matmuls on the same GPU during a trial is seen by NVML
+           (info.other_gpu_processes >= 1, info.disturbed); the same trial alone is not disturbed
 
-Usage: python scripts/gpu_check.py [--out DIR]
+Usage: python scripts/gpu_check.py [--out DIR] [--checks nvml oom mfu search interference]
 """
 
 from __future__ import annotations
@@ -23,10 +25,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+# a second process busy on the same GPU: large matmuls until killed; says "ready" once it runs
+_HOG = """
+import torch
+a = torch.randn(8192, 8192, device="cuda")
+(a @ a).sum().item()
+print("ready", flush=True)
+while True:
+    a = (a @ a) / 8192.0
+"""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="where the search run directory goes (default: a temp dir)")
     ap.add_argument("--json-out", default=None, help="also write the JSON object here, after every check")
+    ap.add_argument("--checks", nargs="+", default=["nvml", "oom", "mfu", "search", "interference"])
     args = ap.parse_args()
     import torch
 
@@ -97,8 +111,30 @@ def main() -> int:
             statuses = [r.status.value for r in res.records]
         return {"ok": len(statuses) == 6 and "ok" in statuses, "statuses": statuses, "front": len(res.front)}
 
-    for name, fn in (("nvml", nvml), ("oom", oom), ("mfu", mfu), ("search", six_trials)):
-        check(name, fn)
+    def interference() -> dict:
+        import subprocess
+
+        params = {"batch_size": 256, "lr": 0.05, "num_gpus": 1}
+        alone = run_trial(config_from_dict(base), params, validate=False)
+        hog = subprocess.Popen([sys.executable, "-c", _HOG], stdout=subprocess.PIPE, text=True)
+        try:
+            ready = hog.stdout.readline().strip() == "ready"  # it holds a CUDA context and is busy
+            shared = run_trial(config_from_dict(base), params, validate=False)
+        finally:
+            hog.kill()
+            hog.wait()
+        a, b = alone.info, shared.info
+        ok = (ready and alone.status == shared.status == "ok" and not a.other_gpu_processes
+              and (b.other_gpu_processes or 0) >= 1 and bool(b.disturbed))
+        return {"ok": ok, "hog_ready": ready, "alone": {"disturbed": a.disturbed, "other_gpu_processes": a.other_gpu_processes,
+                "samples_per_s": alone.metrics.samples_per_s, "note": a.other_gpu_note},
+                "shared": {"disturbed": b.disturbed, "other_gpu_processes": b.other_gpu_processes,
+                           "other_gpu_mem_bytes": b.other_gpu_mem_bytes, "samples_per_s": shared.metrics.samples_per_s,
+                           "note": b.other_gpu_note}}
+
+    checks = {"nvml": nvml, "oom": oom, "mfu": mfu, "search": six_trials, "interference": interference}
+    for name in args.checks:
+        check(name, checks[name])
     out["ok"] = all(c.get("ok") for c in out["checks"].values())
     print(json.dumps(out, indent=1, default=str))
     return 0 if out["ok"] else 1

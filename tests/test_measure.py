@@ -73,8 +73,8 @@ def test_quickstart_like_record_carries_every_measurement(tiny) -> None:
 
 
 def test_a_slow_dataset_is_input_bound() -> None:
-    cfg = tiny_config(data={"name": "tests.workloads:slow_data", "kwargs": {"n": 512, "delay_s": 0.003}},
-                      budget={"train_samples": 512}, space={"batch_size": [16]})
+    cfg = tiny_config(data={"name": "tests.workloads:slow_data", "kwargs": {"n": 256, "delay_s": 0.008}},
+                      budget={"train_samples": 256}, space={"batch_size": [16]})
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1}, validate=False)
     assert res.status == "ok", res.reason
     assert res.metrics.data_wait_frac > 0.3
@@ -171,6 +171,42 @@ def test_an_nvml_read_error_in_the_window_keeps_the_trial_and_says_so() -> None:
         time.sleep(0.02)
     assert s.window.device_util is None
     assert "after 0 sample(s)" in s.window.telemetry()["device_util_note"]
+
+
+def test_other_gpu_processes_in_the_window_are_recorded() -> None:
+    # a second compute process appears on the GPU during the window: the window names it
+    calls = {"n": 0}
+
+    def reader() -> dict:
+        return {0: GpuSample(time.perf_counter(), 0.9, 10, 300.0, None)}
+
+    def processes() -> tuple[dict, str | None]:
+        calls["n"] += 1
+        return ({} if calls["n"] == 1 else {4242: 3 << 30}), None
+
+    reader.processes = processes  # type: ignore[attr-defined]
+    with GpuSampler([0], interval_s=0.001, reader=reader) as s:
+        s.mark_start()
+        time.sleep(0.1)
+        s.mark_end()
+    tel = s.window.telemetry()
+    assert calls["n"] >= 3  # both edges and inside the window
+    assert tel["other_gpu_processes"] == 1 and tel["other_gpu_mem_bytes"] == 3 << 30
+    # a reader without a process list says so instead of claiming a quiet GPU
+    with GpuSampler([0], interval_s=0.001, reader=lambda: {}) as s:
+        s.mark_start()
+        s.mark_end()
+    assert "other_gpu_processes" not in s.window.telemetry() and "not read" in s.window.telemetry()["other_gpu_note"]
+
+
+def test_others_of_tells_this_process_apart() -> None:
+    from tune_batch.measure.nvml import others_of
+
+    assert others_of({1: 5, 2: 7}, me=1) == ({2: 7}, None)
+    assert others_of({}, me=1) == ({}, None)
+    # pids of another namespace: one of them is this process, the rest are counted, with a note
+    found, note = others_of({100: 5, 200: 7}, me=1)
+    assert len(found) == 1 and "namespace" in note or "container" in note
 
 
 def test_datasheet_peaks() -> None:

@@ -154,6 +154,9 @@ class TrialInfo(_Flat):
     # what else used the machine during the window (a disturbed window is not a property of the config)
     others_cpu_frac: float | None = None
     steal_frac: float | None = None
+    other_gpu_processes: int | None = None  # other compute processes on the trial's GPUs (NVML)
+    other_gpu_mem_bytes: int | None = None
+    other_gpu_note: str | None = None
     disturbed: bool | None = None
     # memory
     memory_cap_bytes: int | None = None

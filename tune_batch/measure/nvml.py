@@ -16,6 +16,7 @@ where the GPU has GPU Performance Monitoring (Hopper and newer), by the share of
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,8 @@ class GpuWindow:
     note: str | None = None
     gpm: dict[int, dict[str, float]] | None = None  # SM / tensor-pipe activity over the window
     gpm_note: str | None = None
+    others: dict[int, int] | None = None  # other compute processes seen on the GPUs: pid -> most memory (bytes)
+    others_note: str | None = None
 
     def activity(self, name: str) -> float | None:
         """Mean over GPUs of a GPM activity (``sm_active``, ``tensor_active``), or None."""
@@ -121,6 +124,11 @@ class GpuWindow:
             out["device_util_note"] = self.note
         if self.energy_j is not None:
             out["energy_j"] = self.energy_j
+        if self.others is not None:
+            out["other_gpu_processes"] = len(self.others)
+            out["other_gpu_mem_bytes"] = sum(self.others.values())
+        if self.others_note:
+            out["other_gpu_note"] = self.others_note
         return out
 
 
@@ -182,6 +190,20 @@ class NvmlReader:
                 raise DeviceMonitorError(f"NVML utilization samples unavailable: {e}") from e
             out[i] = [(x.timeStamp / 1e6, x.sampleValue.uiVal / 100.0) for x in samples]
         return out
+
+    def processes(self) -> tuple[dict[int, int], str | None]:
+        """Compute processes on the trial's GPUs other than this one: pid -> GPU memory (bytes,
+        0 where the driver does not say). Where NVML's pids are not this process's namespace (a
+        container), this process cannot be told apart: then all but one count, and the note says so."""
+        nv, seen = self.nvml, {}
+        try:
+            for h in self.handles.values():
+                for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                    mem = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else 0
+                    seen[int(p.pid)] = max(seen.get(int(p.pid), 0), mem)
+        except nv.NVMLError as e:
+            raise DeviceMonitorError(f"NVML process list unavailable: {e}") from e
+        return others_of(seen, os.getpid())
 
     def _free(self, samples: Any) -> None:
         for x in list(samples):
@@ -249,6 +271,17 @@ def _gpm_metric_ids() -> list[tuple[int, str]]:
 _GPM_METRICS = _gpm_metric_ids()
 
 
+def others_of(seen: dict[int, int], me: int) -> tuple[dict[int, int], str | None]:
+    """The entries of ``seen`` (pid -> GPU memory) that are not this process ``me``. When ``me``
+    is absent but others are there, NVML reports another pid namespace: the entry using the
+    least memory is taken as this process (the caller holds a CUDA context), and a note says so."""
+    if me in seen or not seen:
+        return {p: m for p, m in seen.items() if p != me}, None
+    mine = min(seen, key=lambda p: seen[p])
+    return ({p: m for p, m in seen.items() if p != mine},
+            "NVML's process ids are not this process's (a container): counted all compute processes but one")
+
+
 def samples_in_window(samples: list[tuple[float, float]], start_s: float, end_s: float) -> tuple[list[float], str | None]:
     """Utilization values whose sample period lies inside [start_s, end_s]. The period is the
     median gap between the driver's timestamps (each sample describes the period ending at its
@@ -281,6 +314,9 @@ class GpuSampler:
         self._gpm_end = getattr(self._read, "gpm_end", None)
         self._gpm_note: str | None = None if self._gpm_begin else "GPM not read"
         self._gpm: dict[int, dict[str, float]] | None = None
+        self._processes = getattr(self._read, "processes", None)
+        self._others: dict[int, int] | None = None if self._processes is None else {}
+        self._others_note: str | None = None if self._processes is not None else "other GPU processes not read"
         self._marks: list[tuple[float, float]] = []  # (perf_counter, epoch) at the window's edges
         self.interval_s = interval_s
         self._samples: dict[int, list[GpuSample]] = {i: [] for i in torch_indices}
@@ -290,6 +326,7 @@ class GpuSampler:
         self.window: GpuWindow | None = None
 
     def _run(self) -> None:
+        n = 0
         while not self._stop.is_set():
             try:
                 for i, s in self._read().items():
@@ -297,7 +334,24 @@ class GpuSampler:
             except BaseException as e:  # keep it for the caller's thread
                 self._error = e
                 return
+            n += 1
+            if len(self._marks) == 1 and n % 10 == 0:  # inside the window, twice a second at 20 Hz
+                self._see_others()
             self._stop.wait(self.interval_s)
+
+    def _see_others(self) -> None:
+        """Adds the other compute processes on the GPUs now (optional telemetry: a failure is
+        noted, never fails the trial)."""
+        if self._processes is None or self._others is None:
+            return
+        try:
+            found, note = self._processes()
+        except Exception as e:
+            self._others, self._others_note = None, str(e) if isinstance(e, DeviceMonitorError) else f"NVML process list unavailable: {e}"
+            return
+        for pid, mem in found.items():
+            self._others[pid] = max(self._others.get(pid, 0), mem)
+        self._others_note = self._others_note or note
 
     def mark_start(self) -> None:
         """The timed window starts now (after the device was synchronised)."""
@@ -307,9 +361,11 @@ class GpuSampler:
             except Exception as e:
                 self._gpm_note = f"GPM unavailable: {type(e).__name__}: {e}"
         self._marks = [(time.perf_counter(), time.time())]
+        self._see_others()
 
     def mark_end(self) -> None:
         """The timed window ended now: polled reads outside the marks are dropped."""
+        self._see_others()
         self._marks.append((time.perf_counter(), time.time()))
         if self._gpm_end is not None and self._gpm_note is None:
             try:
@@ -344,4 +400,4 @@ class GpuSampler:
                         in_window = None
                 except Exception as e:  # fall back to the polled reads, saying why
                     note = str(e) if isinstance(e, DeviceMonitorError) else f"NVML utilization samples unavailable: {type(e).__name__}: {e}"
-        self.window = GpuWindow(samples, in_window, note, self._gpm, self._gpm_note)
+        self.window = GpuWindow(samples, in_window, note, self._gpm, self._gpm_note, self._others, self._others_note)

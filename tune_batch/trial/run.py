@@ -177,7 +177,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     info = TrialInfo(
         host=socket.gethostname(), pid=os.getpid(), device=device_name(device, threads), data=t.data,
         seed=config.search.seed, chance_acc=t.chance_acc, others_cpu_frac=t.window.cpu.others_cpu_frac, steal_frac=t.window.cpu.steal_frac,
-        disturbed=t.window.cpu.disturbed,
+        disturbed=t.window.cpu.disturbed or bool(telemetry.get("other_gpu_processes")),
         world_size=world, per_worker_batch=params.batch_size // world,
         nodes=sorted(set(collective.all_gather(socket.gethostname(), world))),
         node_ids=sorted(set(collective.all_gather(placement.node, world))),
