@@ -28,3 +28,31 @@ def test_the_study_is_named_and_the_run_loads_into_pandas(tmp_path: Path) -> Non
     assert str(frame["batch_size"].dtype) == "int64" and frame["samples_per_s"].dtype.kind == "f"
     assert set(frame["trial_id"]) == {str(json.loads(x)["trial_id"]) for x in lines}
     assert res.dataframe().shape[0] == frame.shape[0]
+
+
+def test_optunas_own_pareto_plot_names_objectives_and_sets_infeasible_trials_apart(tmp_path: Path) -> None:
+    cfg = tiny_config(search={"backend": "optuna"}, budget={"trials": 3},
+                      model={"name": "tests.workloads:oom_above", "kwargs": {"limit": 32}},
+                      space={"batch_size": [16, 32, 64]}, resources={"feasibility_model": False},
+                      objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}])
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="plots", storage=storage, directions=cfg.directions)
+    for b in (16, 64, 32):  # the second runs out of memory (the model refuses more than 32 samples)
+        study.enqueue_trial({"batch_size": b, "lr": 0.05, "num_gpus": 1})
+    search(cfg, tmp_path / "run", storage_url=storage, study_name="plots", quiet=True)
+
+    study = optuna.load_study(study_name="plots", storage=storage)
+    assert study.metric_names == ["samples_per_s", "val_acc"]
+    assert study.user_attrs["tune_batch_constraints"] == ["memory", "space", "diverged"]
+    oom = next(t for t in study.trials if t.params["batch_size"] == 64)
+    ok = [t for t in study.trials if t.user_attrs["status"] == "ok"]
+    assert oom.user_attrs["status"] == "oom" and len(ok) == 2
+    assert oom.system_attrs["constraints"] == [1.0, 0.0, 0.0] and oom.constraints["0"] == 1.0
+    # told the worst values the feasible trials before it reached, not zeros: plots keep their scale
+    assert oom.values == [ok[0].values[0], ok[0].values[1]] and oom.values[0] > 0
+    fig = optuna.visualization.plot_pareto_front(study)
+    assert fig.layout.xaxis.title.text == "samples_per_s" and fig.layout.yaxis.title.text == "val_acc"
+    grey = [tr for tr in fig.data if tr.marker.color == "#cccccc"]  # Optuna draws infeasible trials grey
+    assert len(grey) == 1 and list(grey[0].x) == [oom.values[0]]
+    shown = [x for tr in fig.data if tr.marker.color != "#cccccc" for x in tr.x]
+    assert sorted(shown) == sorted(t.values[0] for t in ok)  # the front and the dominated: ok trials only

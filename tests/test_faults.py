@@ -50,7 +50,7 @@ def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path) -> None
     assert len(states) == len(sizes) and optuna.trial.TrialState.RUNNING not in states
     # a diverged trial is infeasible information for the sampler, not a FAIL
     diverged = next(t for t in trials if t.params["batch_size"] == 32)
-    assert diverged.state == optuna.trial.TrialState.COMPLETE and diverged.constraints["diverged"] > 0
+    assert diverged.state == optuna.trial.TrialState.COMPLETE and diverged.system_attrs["constraints"][2] > 0
 
 
 def test_a_dead_data_loader_worker_is_a_failed_record() -> None:

@@ -32,31 +32,59 @@ def check_directions(study: optuna.Study, config: Config) -> None:
         )
 
 
-def annotate(trial: optuna.Trial | optuna.trial.FrozenTrial | Any, result: TrialResult) -> None:
-    """Constraints (``memory``, ``space``: > 0 is infeasible) and the user attributes
-    ``status``, ``reason`` and ``metrics`` of ``result`` on an Optuna trial."""
-    for key, value in objectives.constraints(result).items():
-        trial.set_constraint(key, value)
+#: Where a trial's constraint values live: the list under the system attribute ``constraints``
+#: (Optuna's ``constraints_func`` format, which Optuna 5 still reads as keys "0", "1", ... and the
+#: only one optuna-dashboard reads); their names, in order, are the study user attribute
+#: ``tune_batch_constraints``. One format only: writing both would count each constraint twice.
+CONSTRAINTS_ATTR = "constraints"
+
+
+def constraint_list(result: TrialResult) -> list[float]:
+    return [objectives.constraints(result)[k] for k in objectives.CONSTRAINT_KEYS]
+
+
+def annotate(trial: optuna.Trial | Any, result: TrialResult) -> None:
+    """Constraints (``memory``, ``space``, ``diverged``: > 0 is infeasible) and the user
+    attributes ``status``, ``reason`` and ``metrics`` of ``result`` on a running Optuna trial."""
+    trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR, constraint_list(result))
     trial.set_user_attr("status", result.status.value)
     trial.set_user_attr("reason", result.reason)
     trial.set_user_attr("metrics", result.metrics.to_dict())
 
 
-def answer(config: Config, result: TrialResult) -> list[float] | None:
-    """What Optuna is told: the objective values (finite sentinels for infeasible trials), or
-    None for a ``failed`` trial and for an ``ok`` one missing an objective (a FAIL: the sampler
-    learns nothing false from it; the reason is in the user attributes)."""
+def feasible_floor(study: optuna.Study) -> list[float] | None:
+    """The worst value each objective reached among the study's feasible finished trials, or
+    None when there is none yet."""
+    worst: list[float] | None = None
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if t.values is None or any(c > 0 for c in t.constraints.values()):
+            continue
+        worst = list(t.values) if worst is None else [
+            min(w, v) if d == optuna.study.StudyDirection.MAXIMIZE else max(w, v)
+            for w, v, d in zip(worst, t.values, study.directions)]
+    return worst
+
+
+def answer(config: Config, result: TrialResult, floor: list[float] | None = None) -> list[float] | None:
+    """What Optuna is told: the objective values, or None for a ``failed`` trial and for an
+    ``ok`` one missing an objective (a FAIL: the sampler learns nothing false from it; the
+    reason is in the user attributes). An infeasible trial (oom, skipped, diverged: its
+    constraints say so) is told ``floor``, the worst values the feasible trials reached so far,
+    so that Optuna's plots and the GP sampler's scaling stay those of real measurements; before
+    any feasible trial, the sentinels (0 for a maximised objective)."""
     if result.status is Status.FAILED:
         return None
     if result.status is Status.OK and not result.metrics.has_finite(config.metric_names):
         return None  # an objective was not measured (e.g. NVML unreadable): not a bad point, no point
+    if result.status is not Status.OK and floor is not None:
+        return list(floor)
     return objectives.values(config, result)
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, config: Config, result: TrialResult) -> None:
     """Annotate ``trial`` and tell ``study`` its outcome (COMPLETE, or FAIL)."""
     annotate(trial, result)
-    values = answer(config, result)
+    values = answer(config, result, None if result.status is Status.OK else feasible_floor(study))
     if values is None:
         study.tell(trial, None, state=optuna.trial.TrialState.FAIL)
     else:
@@ -96,12 +124,7 @@ def annotate_study(storage: optuna.storages.BaseStorage, study_name: str, config
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
         return
-    if not study.metric_names:
-        import warnings
-
-        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(config.metric_names)
+    name_study(study, config)
     study.set_user_attr("tune_batch_recommended_trial", recommended)
     study.set_user_attr("tune_batch_run_dir", run_dir)
 
@@ -122,19 +145,23 @@ def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
     study = optuna.create_study(storage=storage, study_name=study_name, directions=list(config.directions),
                                 load_if_exists=True)
     by_number = {r.trial_id: r for r in records if isinstance(r.trial_id, int)}
-    added = 0
+    added, floor = 0, None
     for number in range(max(by_number, default=-1) + 1):
         r = by_number.get(number)
         if r is None:
             study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
                                                       user_attrs={"status": "lost", "reason": "no record"}))
         else:
-            values = answer(config, r)
+            values = answer(config, r, floor)
+            if values is not None and r.status is Status.OK:
+                floor = values if floor is None else [
+                    min(w, v) if objectives.is_maximize(d) else max(w, v)
+                    for w, v, d in zip(floor, values, config.directions)]
             p = r.params
             study.add_trial(optuna.trial.create_trial(
                 state=optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL,
                 params={"batch_size": p.batch_size, "lr": p.lr, "num_gpus": p.num_gpus}, distributions=dists,
-                values=values, constraints=objectives.constraints(r),
+                values=values, system_attrs={CONSTRAINTS_ATTR: constraint_list(r)},
                 user_attrs={"status": r.status.value, "reason": r.reason, "metrics": r.metrics.to_dict(),
                             "rebuilt_from": "trials.jsonl"}))
         added += 1
@@ -146,4 +173,17 @@ def create(config: Config, storage: Any, study_name: str | None, sampler: optuna
     s = optuna.create_study(storage=storage, study_name=study_name, directions=list(config.directions),
                             sampler=sampler, load_if_exists=True)
     check_directions(s, config)
+    name_study(s, config)
     return s
+
+
+def name_study(study: optuna.Study, config: Config) -> None:
+    """Objective names (unless the study has some) and the constraint names, in order."""
+    if not study.metric_names:
+        import warnings
+
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(config.metric_names)
+    if study.user_attrs.get("tune_batch_constraints") != list(objectives.CONSTRAINT_KEYS):
+        study.set_user_attr("tune_batch_constraints", list(objectives.CONSTRAINT_KEYS))

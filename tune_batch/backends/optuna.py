@@ -20,7 +20,7 @@ from tune_batch.confirm import ConfirmJob
 from tune_batch.objectives import utilization_warning
 from tune_batch.policy import Policy
 from tune_batch.progress import Progress
-from tune_batch.records import Params, TrialResult
+from tune_batch.records import Params, Status, TrialResult
 from tune_batch.repeats import RepeatJob, seeded
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
@@ -54,7 +54,7 @@ class Objective:
     """``study.optimize(Objective(config), n_trials=...)``: each call runs one measured trial.
 
     Returns the objective values in the config's order; sets the ``memory`` and ``space``
-    constraints (``trial.set_constraint``) and the user attributes ``status``, ``reason`` and
+    constraints (the ``constraints`` list, see ``study.CONSTRAINTS_ATTR``) and the user attributes ``status``, ``reason`` and
     ``metrics``. ``extra_space(trial) -> dict`` suggests the user's own hyperparameters in the
     same trial; they are passed to ``pkg.module:function`` model and data builders as keyword
     arguments and kept in the record's params. ``run_dir``: also append each record there.
@@ -92,7 +92,8 @@ class Objective:
         self.records.append(result)
         if self.progress:
             self.progress.finished(result)
-        return seam.answer(self.config, result)  # None: Optuna records a FAIL
+        floor = None if result.status is Status.OK else seam.feasible_floor(trial.study)
+        return seam.answer(self.config, result, floor)  # None: Optuna records a FAIL
 
 
 def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | ConfirmJob], progress: Progress) -> None:

@@ -23,9 +23,13 @@ class ConstrainedOptunaSearch(OptunaSearch):
     """
 
     def __init__(self, *args: Any, config: Config, policy: Policy, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self.tb_config = config
         self.policy = policy
+        super().__init__(*args, **kwargs)
+
+    def _setup_study(self, mode: Any) -> None:
+        super()._setup_study(mode)
+        seam.name_study(self._ot_study, self.tb_config)  # names on the study from its first trial
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         spec = super().suggest(trial_id)
