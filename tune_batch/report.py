@@ -299,5 +299,5 @@ def render_summary(report: Report) -> str:
 def tradeoff_lines(report: Report) -> list[str]:
     """What each front point gains and loses against the recommended one (each +- its noise)."""
     rec = report.recommended
-    return [f"vs trial {r.trial_id} (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
+    return [f"trial {r.trial_id} instead (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
             + ", ".join(report.tradeoffs.get(r.trial_id, [])) for r in report.front if rec is not None and r is not rec]
