@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import tiny_config
 from tune_batch.errors import RunDirError
 from tune_batch.files import write_files
+from tune_batch.frames import to_frame
 from tune_batch.records import TrialResult
 from tune_batch.report import build_report
 from tune_batch.results import RunDir, load_records
@@ -75,8 +76,14 @@ def test_report_files_from_records(tmp_path: Path) -> None:
     assert {t["trial_id"] for t in pareto["trials"]} == {0, 1}
     assert pareto["recommended_trial_id"] in {0, 1}
     rows = (tmp_path / "results.csv").read_text().splitlines()
-    assert len(rows) == 5 and rows[0].startswith("trial_id,status,reason,batch_size,lr,num_gpus")
-    assert {"sm_active", "tensor_active", "energy_j_per_sample", "bottleneck"} <= set(rows[0].split(","))
+    assert len(rows) == 5 and rows[0].startswith("trial_id,kind,status,reason,batch_size,lr,num_gpus")
+    header = rows[0].split(",")
+    assert {"sm_active", "tensor_active", "energy_j_per_sample", "bottleneck", "runs"} <= set(header)
+    assert {f"{m}_{s}" for m in cfg.metric_names for s in ("mean", "ci")} <= set(header)
+    import pandas as pd  # the CSV is the run's DataFrame written out: it reads back with the same columns
+
+    back = pd.read_csv(tmp_path / "results.csv")
+    assert list(back.columns) == list(to_frame(recs, report).columns) and back.shape[0] == 4
 
 
 def test_one_writer_per_run_directory(tmp_path: Path) -> None:

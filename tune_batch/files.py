@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 from tune_batch.config import dump_config
 from tune_batch.pareto import REFERENCE
 from tune_batch.records import TrialResult
-from tune_batch.report import METRIC_COLUMNS, PARAM_COLUMNS, Report, row
+from tune_batch.report import Report
 from tune_batch.report_html import render_html
 
 
@@ -71,13 +70,10 @@ def write_files(report: Report, run_dir: str | Path) -> list[Path]:
     """Write results.csv, pareto.json, best.yaml and report.html into ``run_dir``; returns the
     paths written (best.yaml is removed when nothing is recommended)."""
     run_dir = Path(run_dir)
-    rows = [row(r, report) for r in report.records + report.repeats + report.confirm_runs]
+    from tune_batch.frames import write_csv
+
     csv_path = run_dir / "results.csv"
-    fields = list(rows[0]) if rows else ["trial_id", "status", "reason", *PARAM_COLUMNS, *METRIC_COLUMNS]
-    with csv_path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(report.records + report.repeats + report.confirm_runs, report, csv_path)
     pareto_path = run_dir / "pareto.json"
     pareto_path.write_text(json.dumps(pareto_payload(report), indent=2, default=str), encoding="utf-8")
     paths = [csv_path, pareto_path]

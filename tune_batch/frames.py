@@ -1,37 +1,55 @@
 """A run as a pandas DataFrame: one row per record (searched trials, repeats, confirmation
 runs), params and metrics flattened, typed columns. ``load_run(RUN_DIR)`` reads a finished or
-interrupted run; ``SearchResult.dataframe()`` is the same for a search just run."""
+interrupted run; ``SearchResult.dataframe()`` is the same for a search just run; ``results.csv``
+is this frame written out (with the report's per-config mean, half-width and run count of each
+objective beside each record)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tune_batch.records import TrialResult
+
+if TYPE_CHECKING:  # the report is passed in, never imported here
+    from tune_batch.report import Report
 
 #: info fields worth a column beside the metrics (the rest stays in trials.jsonl)
 INFO_COLUMNS = ("seed", "repeat_of", "confirm_of", "precision", "optimizer", "accumulation_steps",
                 "micro_batch_size", "statistical_efficiency", "chance_acc", "final_loss", "disturbed", "device",
-                "bottleneck", "world_size", "train_s")
+                "bottleneck", "world_size", "train_s", "others_cpu_frac", "other_gpu_processes", "sm_active",
+                "tensor_active", "host")
 
 
-def _row(r: TrialResult) -> dict[str, Any]:
+def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
     kind = "repeat" if r.info.repeat_of is not None else "confirm" if r.info.confirm_of is not None else "trial"
     out: dict[str, Any] = {"trial_id": str(r.trial_id), "kind": kind, "status": r.status.value, "reason": r.reason,
                            "batch_size": r.params.batch_size, "lr": r.params.lr, "num_gpus": r.params.num_gpus}
     out.update({f"param_{k}": v for k, v in r.params.extra.items()})
-    out.update(r.metrics.to_dict())
+    metrics = {f.name: getattr(r.metrics, f.name) for f in fields(r.metrics) if f.name != "other"}
+    metrics.update(r.metrics.other)  # every metric a column, also where no record has it
+    # the window's own scatter; "<objective>_ci" is the spread over a config's runs (below)
+    metrics["samples_per_s_window_ci"] = metrics.pop("samples_per_s_ci", None)
+    out.update(metrics)
+    if report is not None:
+        point = report.points.get(r.trial_id)
+        out["runs"] = point.n if point is not None else None
+        for m in report.config.metric_names:
+            out[f"{m}_mean"], out[f"{m}_ci"] = report.stat(r, m) if point is not None else (None, None)
     out["duration_s"] = r.duration_s
     out.update({k: r.info.get(k) for k in INFO_COLUMNS})
     return out
 
 
-def to_frame(records: Sequence[TrialResult]) -> Any:
-    """The records as a DataFrame (pandas is imported here, not by ``import tune_batch``)."""
+def to_frame(records: Sequence[TrialResult], report: Report | None = None) -> Any:
+    """The records as a DataFrame (pandas is imported here, not by ``import tune_batch``); with
+    the run's report, each objective's mean over the config's runs, its 95 % half-width and the
+    number of runs as ``<metric>_mean``, ``<metric>_ci`` and ``runs``."""
     import pandas as pd
 
-    rows = [_row(r) for r in records]
+    rows = [_row(r, report) for r in records]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -54,3 +72,14 @@ def load_run(run_dir: str | Path) -> Any:
         raise RunDirError(f"{run_dir}: no trials.jsonl here: not a tune_batch run directory")
     records, _ = run.records()
     return to_frame(latest_per_trial(records))
+
+
+def write_csv(records: Sequence[TrialResult], report: Report, path: Path) -> None:
+    """``results.csv``: the frame of ``records`` with the report's columns (a header alone when
+    there is no record)."""
+    frame = to_frame(records, report)
+    if frame.empty:
+        cols = ["trial_id", "kind", "status", "reason", "batch_size", "lr", "num_gpus", *report.config.metric_names]
+        path.write_text(",".join(cols) + "\n", encoding="utf-8")
+        return
+    frame.to_csv(path, index=False)

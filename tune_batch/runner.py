@@ -48,7 +48,7 @@ class SearchResult:
         """Every record of the run (trials, repeats, confirmation runs) as a pandas DataFrame."""
         from tune_batch.frames import to_frame
 
-        return to_frame([*self.records, *self.report.repeats, *self.report.confirm_runs])
+        return to_frame([*self.records, *self.report.repeats, *self.report.confirm_runs], self.report)
 
 
 def default_output(config: Config) -> Path:
