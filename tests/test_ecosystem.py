@@ -12,8 +12,8 @@ from tests.conftest import tiny_config
 from tune_batch.runner import search
 
 
-def test_the_study_is_named_and_the_run_loads_into_pandas(tmp_path: Path) -> None:
-    cfg = tiny_config(search={"backend": "optuna"}, budget={"trials": 3},
+def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_path: Path) -> None:
+    cfg = tiny_config(search={"backend": "optuna", "log_to": ["mlflow"]}, budget={"trials": 3},
                       objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}], repeats={"seeds": 1,
                                                                                                 "candidates": 1})
     res = search(cfg, tmp_path / "run", quiet=True)
@@ -28,6 +28,31 @@ def test_the_study_is_named_and_the_run_loads_into_pandas(tmp_path: Path) -> Non
     assert str(frame["batch_size"].dtype) == "int64" and frame["samples_per_s"].dtype.kind == "f"
     assert set(frame["trial_id"]) == {str(json.loads(x)["trial_id"]) for x in lines}
     assert res.dataframe().shape[0] == frame.shape[0]
+
+    # MLflow (a real local store in the run directory): one run for the search, one nested run per record
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{(tmp_path / 'run').resolve() / 'mlflow.db'}")
+
+    def runs() -> list:
+        return client.search_runs([client.get_experiment_by_name(cfg.name).experiment_id])
+
+    parents = [r for r in runs() if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs() if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == len(lines)
+    p = parents[0].data
+    assert p.tags["recommended_trial"] == str(res.recommended.trial_id) and p.tags["objectives"] == "samples_per_s,val_acc"
+    assert p.tags["recommended_batch_size"] == str(res.recommended.params.batch_size) and p.metrics["records"] == 3
+    by_id = {c.data.tags["tune_batch.trial_id"]: c.data for c in children}
+    for x in map(json.loads, lines):
+        c = by_id[str(x["trial_id"])]
+        assert c.tags["status"] == x["status"] and c.params["batch_size"] == str(x["params"]["batch_size"])
+        assert c.metrics["samples_per_s"] == x["metrics"]["samples_per_s"]
+    artifacts = {f.path for f in client.list_artifacts(parents[0].info.run_id)}
+    assert {"pareto.json", "results.csv", "report.html"} <= artifacts
+    # the same run directory again (resume: nothing left to run): nothing is logged twice
+    search(cfg, tmp_path / "run", quiet=True)
+    assert len(runs()) == 1 + len(lines)
 
 
 def test_optunas_own_pareto_plot_names_objectives_and_sets_infeasible_trials_apart(tmp_path: Path) -> None:

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--address", help="Ray cluster address ('auto' or ray://host:port); default: a local Ray instance")
     s.add_argument("--storage", help="Optuna storage URL to add the trials to (default: RUN_DIR/study.db)")
     s.add_argument("--study-name", help="Optuna study name (default: the config's name)")
+    s.add_argument("--log-to", action="append", choices=["mlflow"], default=None,
+                   help="also send the records, front and recommendation to this tracker (search.log_to)")
     s.add_argument("--force", action="store_true", help="continue a run directory even though its config differs")
     s.add_argument("--prefer", help="recommend the front point best in one objective (samples_per_s), or by weights "
                                     "(samples_per_s=2,val_acc=1); default: the knee")
@@ -92,7 +94,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from tune_batch.pareto import parse_prefer
     from tune_batch.runner import search
 
-    cfg = load_config(args.config, args.overrides)
+    trackers = [f"search.log_to=[{','.join(dict.fromkeys(args.log_to))}]"] if args.log_to else []
+    cfg = load_config(args.config, [*args.overrides, *trackers])
     prefer = parse_prefer(args.prefer, cfg.metric_names)
     search(cfg, args.output, address=args.address, storage_url=args.storage, study_name=args.study_name,
            force=args.force, quiet=args.quiet, verbose=args.verbose, prefer=prefer)

@@ -231,6 +231,10 @@ class SearchConfig(_Section):
     """Start a new search with the batch-size ladder (smallest, every other power of two, largest;
     at most a third of the budget) at square-root-scaled learning rates, then let the sampler take
     over. Off by default: with gp it lowered the worst case of the replay benchmark."""
+    log_to: list[Literal["mlflow"]] = Field(default_factory=list)
+    """Experiment trackers the search's records, front and recommendation are sent to."""
+    tracking_uri: str | None = None
+    """MLflow tracking URI (default: sqlite:///RUN_DIR/mlflow.db, a local store in the run directory)."""
 
 
 class RepeatsConfig(_Section):

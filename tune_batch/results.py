@@ -27,7 +27,8 @@ STUDY_FILE = "study.db"
 LOCK_FILE = ".lock"
 
 # keys that may change when a search is continued: they do not change what a trial measures
-RESUMABLE_KEYS = ("budget.trials", "search.address", "repeats.candidates", "repeats.seeds")
+RESUMABLE_KEYS = ("budget.trials", "search.address", "repeats.candidates", "repeats.seeds", "search.log_to",
+                  "search.tracking_uri")
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

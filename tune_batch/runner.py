@@ -34,6 +34,7 @@ from tune_batch.repeats import jobs as repeat_jobs
 from tune_batch.report import Report, build_report, latest_per_trial, render_summary
 from tune_batch.results import RunDir
 from tune_batch.signals import received
+from tune_batch.tracking import check_trackers
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     Returns a one-line description of the workload."""
     from tune_batch.workload import build_datasets, build_model
 
+    check_trackers(config.search.log_to)
     ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
     model = build_model(config.model)
     n_params = sum(p.numel() for p in model.parameters())
@@ -253,6 +255,23 @@ def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url
                         report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()))
 
 
+def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress: Progress) -> None:
+    """search.log_to: the records, front and recommendation to each tracker. A tracker that
+    fails costs one warning line: the run directory already holds everything."""
+    if "mlflow" not in config.search.log_to or not records_exist(run_dir):
+        return
+    from tune_batch.tracking import default_uri, log_to_mlflow
+
+    uri = config.search.tracking_uri or default_uri(run_dir.path)
+    try:
+        run_id, new = log_to_mlflow(report, run_dir.path, config.search.tracking_uri)
+    except Exception as e:  # the tracker's server, store or package: never the search's results
+        progress.say(f"warning: mlflow: could not log to {uri}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        return
+    progress.say(f"mlflow: {new} record(s) sent to {uri} (experiment {config.name!r}, run {run_id}); "
+                 f"to browse: mlflow ui --backend-store-uri {uri}")
+
+
 def records_exist(run_dir: RunDir) -> bool:
     return run_dir.trials_path.exists() and run_dir.trials_path.stat().st_size > 0
 
@@ -285,6 +304,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     report = decide(config, records, warnings, prefer=prefer)
     write_files(report, run_dir.path)
     _annotate_study(config, run_dir, report, storage_url, study_name)
+    _send_to_trackers(config, report, run_dir, progress)
     # fewer searched records than the budget: the search was stopped (every trial that ends,
     # however it ends, is recorded), whichever backend caught the signal
     interrupted = stopped or len(report.records) < config.budget.trials or _stages_pending(config, run_dir)
