@@ -1,13 +1,19 @@
-"""tune_batch's ``max-batch`` against Lightning's binsearch batch-size finder, same model, data and cap.
+"""tune_batch's ``max-batch`` beside the ``lightning`` package's own batch-size finder (power and
+binsearch), same model, data, first batch size and memory limit.
 
-Both use the same probe: a real short training run (one warm-up step, two measured steps) whose
-peak memory is measured; a probe whose peak exceeds the cap counts as out of memory for the
-Lightning algorithm (which keeps no margin), and over the cap less the margin for tune_batch.
+tune_batch's probe is a short real training run (one warm-up step, two measured steps) whose
+warm-up step runs under torch's memory profiler; its peak tensor bytes are held against
+``cap x (1 - resources.memory_margin)``. Lightning's finder is the installed package's
+``Tuner.scale_batch_size`` (``init_val`` = the space's smallest batch size,
+``steps_per_trial=3`` to match the probe's three steps, its own batch-size ``margin`` set to 0).
+On a CPU nothing runs out of memory, so the LightningModule (manual optimization: zero_grad,
+forward, backward and optimizer step inside ``training_step``) measures every step with the
+same profiler and raises ``torch.OutOfMemoryError("CUDA out of memory ...")``, which Lightning's
+``is_oom_error`` accepts, when the step's peak passes the same limit. Both tools thus search
+against one limit, measured one way.
 
-The Lightning side is *Lightning's documented binsearch algorithm, re-implemented here*
-(``Tuner.scale_batch_size(mode="binsearch", init_val=2)``: double the batch size until the first
-out-of-memory, then bisect between the last success and the failure until they are 1 apart;
-the batch size is capped at the training set's length). The ``lightning`` package is not used.
+Then both answers' headroom is measured with the same 20-step run (peak / cap), and the memory
+line max-batch fitted is checked on batch sizes it was not fitted on (probed for real).
 
 Usage: python scripts/bench_max_batch.py [--cap 48MiB] [--repeats 3] [--set KEY=VALUE ...]
 """
@@ -15,49 +21,237 @@ Usage: python scripts/bench_max_batch.py [--cap 48MiB] [--repeats 3] [--set KEY=
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import sys
+import tempfile
 import time
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    import lightning.pytorch as pl
+except ImportError:
+    print("bench_max_batch: the lightning package is not installed: pip install lightning", file=sys.stderr)
+    raise SystemExit(2) from None
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tune_batch.config import load_config, parse_memory  # noqa: E402
-from tune_batch.max_batch import Probe, max_batch, probe_trial  # noqa: E402
+from tune_batch.config import Config, load_config, parse_memory  # noqa: E402
+from tune_batch.max_batch import MaxBatchResult, Probe, max_batch, probe_trial  # noqa: E402
+from tune_batch.measure.memory import step_peak_bytes  # noqa: E402
 from tune_batch.trial import run_trial  # noqa: E402
-from tune_batch.workload import build_datasets  # noqa: E402
+from tune_batch.trial.loop import make_optimizer  # noqa: E402
+from tune_batch.workload import build_datasets, build_model  # noqa: E402
+
+MiB = 2**20
 
 
-def lightning_binsearch(probe, cap: float, n_train: int, init_val: int = 2, max_trials: int = 25) -> tuple[int, list[Probe]]:
-    """Lightning's documented binsearch, re-implemented (see the module docstring)."""
-    probes: list[Probe] = []
-    low, high = 1, None
-    size = min(init_val, n_train)
-    count = 0
-    while True:
-        p = probe(size)
-        probes.append(p)
-        fails = p.status == "oom" or (p.peak_mem_bytes is not None and p.peak_mem_bytes > cap)
-        if not fails:
-            count += 1
-            if count > max_trials:
-                break
-            low = size
-            if high:
-                if high - low <= 1:
-                    break
-                new = (high + low) // 2
-            else:
-                new = min(size * 2, n_train)
-            if new == size:
-                break
-            size = new
+class CappedModule(pl.LightningModule):
+    """The config's model, trained as tune_batch trains it (cross-entropy, the config's optimizer
+    at ``space.lr.low``), every step measured and held against ``limit_bytes``."""
+
+    def __init__(self, config: Config, limit_bytes: float) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.config = config
+        self.limit_bytes = limit_bytes
+        self.net = build_model(config.model)
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.steps: list[tuple[int, int]] = []  # (batch size, peak tensor bytes) of every step run
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return make_optimizer(self.config, self.parameters(), self.config.space.lr.low)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        opt = self.optimizers()
+        x, y = batch
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            self.manual_backward(self.loss_fn(self.net(x), y))
+            opt.step()
+
+        peak = step_peak_bytes(step)
+        self.steps.append((len(x), peak))
+        if peak > self.limit_bytes:
+            # one argument with "CUDA" and "out of memory": what lightning's is_oom_error accepts
+            raise torch.OutOfMemoryError(f"CUDA out of memory (emulated on CPU by bench_max_batch): step peak "
+                                         f"{peak / MiB:.1f} MiB over the limit {self.limit_bytes / MiB:.1f} MiB")
+
+
+class Digits(pl.LightningDataModule):
+    """The config's training set, loaded as tune_batch loads it (shuffled, seeded, full batches)."""
+
+    def __init__(self, config: Config, batch_size: int) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.config = config
+        self.train = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed).train
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train, batch_size=self.batch_size, shuffle=True, drop_last=True,
+                          num_workers=self.config.data.num_workers,
+                          generator=torch.Generator().manual_seed(self.config.search.seed))
+
+
+@dataclass
+class FinderRun:
+    batch: int
+    trials: list[tuple[int, int, bool]]  # (batch size, largest step peak, fitted the limit) per trial
+    steps: int
+    seconds: float
+    peaks: dict[int, int] = field(default_factory=dict)  # batch size -> its first step's peak
+
+
+def lightning_finder(config: Config, limit: float, mode: str, init_val: int) -> FinderRun:
+    """One run of lightning's own ``Tuner.scale_batch_size`` against ``limit`` (fresh model)."""
+    from lightning.pytorch.tuner import Tuner
+
+    model = CappedModule(config, limit)
+    data = Digits(config, init_val)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench_max_batch_") as root:
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False, default_root_dir=root)
+        batch = Tuner(trainer).scale_batch_size(model, datamodule=data, mode=mode, init_val=init_val,
+                                                steps_per_trial=3, margin=0.0)
+    seconds = time.perf_counter() - t0
+    trials: list[tuple[int, int, bool]] = []
+    peaks: dict[int, int] = {}
+    for size, peak in model.steps:  # a trial is a run of steps at one size (sizes never repeat back to back)
+        peaks.setdefault(size, peak)
+        if trials and trials[-1][0] == size:
+            trials[-1] = (size, max(trials[-1][1], peak), max(trials[-1][1], peak) <= limit)
         else:
-            high = size
-            size = (high + low) // 2
-            if high - low <= 1:
-                break
-    return low, probes
+            trials.append((size, peak, peak <= limit))
+    return FinderRun(int(batch or 0), trials, len(model.steps), seconds, peaks)
+
+
+def heldout_sizes(result: MaxBatchResult) -> list[int]:
+    """Batch sizes the line was not fitted on: halfway between consecutive fitted sizes, and
+    between the largest fitted size and the smallest one that did not fit (where the answer is
+    decided)."""
+    fitted = sorted({p.batch_size for p in result.probes if p.status == "ok" and p.peak_mem_bytes is not None
+                     and p.peak_mem_bytes <= result.limit_bytes})
+    over = [p.batch_size for p in result.probes if p.batch_size > (fitted[-1] if fitted else 0)]
+    bounds = fitted + ([min(over)] if over else [])
+    return [(a + b) // 2 for a, b in zip(bounds, bounds[1:]) if b - a > 1]
+
+
+def heldout_error(result: MaxBatchResult, probe) -> tuple[float, list[str]]:
+    """Largest |predicted - measured| / measured over the held-out sizes, probed for real."""
+    if result.fit is None:
+        return float("nan"), ["no memory line (fewer than two sizes fitted)"]
+    errs, notes = [], []
+    for b in heldout_sizes(result):
+        p: Probe = probe(b)
+        if p.peak_mem_bytes is None:
+            notes.append(f"{b}: {p.status}, no peak")
+            continue
+        pred = result.fit.predict(b)
+        errs.append(abs(pred - p.peak_mem_bytes) / p.peak_mem_bytes)
+        notes.append(f"{b}: predicted {pred / MiB:.1f} MiB, measured {p.peak_mem_bytes / MiB:.1f} MiB ({errs[-1]:.1%})")
+    return (max(errs) if errs else float("nan")), notes
+
+
+def long_check(config: Config, batch: int) -> tuple[str, float | None]:
+    """A 20-step run at ``batch`` under the enforced cap: (status, peak bytes)."""
+    budget = config.budget.model_copy(update={"train_samples": 20 * batch, "warmup_steps": 2})
+    res = run_trial(config.model_copy(update={"budget": budget}),
+                    {"batch_size": batch, "lr": config.space.lr.low, "num_gpus": 1}, validate=False)
+    return res.status.value, res.metrics.peak_mem_bytes
+
+
+def agreement(ours: MaxBatchResult, runs: list[FinderRun]) -> float:
+    """Largest relative gap between the two tools' peaks at the sizes both probed (the same
+    measurement, so it should be near 0)."""
+    gaps = [abs(r.peaks[p.batch_size] - p.peak_mem_bytes) / p.peak_mem_bytes
+            for r in runs for p in ours.probes if p.batch_size in r.peaks and p.peak_mem_bytes]
+    return max(gaps) if gaps else float("nan")
+
+
+def trials_text(trials: list[tuple[int, int, bool]]) -> str:
+    return ", ".join(f"{b}{'' if ok else '!'}" for b, _, ok in trials)
+
+
+def one_repeat(config: Config, cap: int, limit: float, init_val: int, probe) -> dict[str, float]:
+    t0 = time.perf_counter()
+    ours = max_batch(config, 1, probe)
+    t_ours = time.perf_counter() - t0
+    power = lightning_finder(config, limit, "power", init_val)
+    binsearch = lightning_finder(config, limit, "binsearch", init_val)
+    checks: dict[int, tuple[str, float | None]] = {}
+    for b in {ours.batch_size or 0, power.batch, binsearch.batch} - {0}:
+        checks[b] = long_check(config, b)
+    err, notes = heldout_error(ours, probe)
+
+    def room(b: int | None) -> str:
+        if not b or b not in checks:
+            return "-"
+        status, peak = checks[b]
+        return f"{status}, peak {peak / MiB:.1f} MiB = {peak / cap:.0%} of cap" if peak else status
+
+    print(f"  tune_batch max-batch: {ours.batch_size} in {len(ours.probes)} probes [{', '.join(str(p.batch_size) for p in ours.probes)}] "
+          f"({t_ours:.1f} s); 20-step run at {ours.batch_size}: {room(ours.batch_size)}")
+    for name, r in (("power", power), ("binsearch", binsearch)):
+        print(f"  lightning {name}: {r.batch} in {len(r.trials)} trials / {r.steps} steps [{trials_text(r.trials)}] "
+              f"({r.seconds:.1f} s); 20-step run at {r.batch}: {room(r.batch)}")
+    print(f"  held-out sizes (line fitted on {ours.fit.n_points if ours.fit else 0} points): {'; '.join(notes)}")
+    print(f"  same sizes, both tools' peaks differ by at most {agreement(ours, [power, binsearch]):.1%}")
+    peak_ours = checks.get(ours.batch_size or 0, ("", None))[1]
+    peak_bin = checks.get(binsearch.batch, ("", None))[1]
+    return {"probes": len(ours.probes), "power_probes": len(power.trials), "bin_probes": len(binsearch.trials),
+            "power_steps": power.steps, "bin_steps": binsearch.steps, "batch": ours.batch_size or 0,
+            "power_batch": power.batch, "bin_batch": binsearch.batch,
+            "fits": int(checks.get(ours.batch_size or 0, ("none",))[0] == "ok"),
+            "bin_fits": int(checks.get(binsearch.batch, ("none",))[0] == "ok"),
+            "room": 1 - peak_ours / cap if peak_ours else float("nan"),
+            "bin_room": 1 - peak_bin / cap if peak_bin else float("nan"),
+            "err": err, "t_ours": t_ours, "t_power": power.seconds, "t_bin": binsearch.seconds}
+
+
+def spread(rows: list[dict[str, float]], key: str, fmt: str = "g") -> str:
+    vals = [r[key] for r in rows]
+    med = statistics.median(vals)
+    return f"{med:{fmt}}" if min(vals) == max(vals) else f"{med:{fmt}} ({min(vals):{fmt}}-{max(vals):{fmt}})"
+
+
+def summarise(rows: list[dict[str, float]]) -> None:
+    def med(k: str) -> float:
+        return statistics.median(r[k] for r in rows)
+
+    print(f"medians over {len(rows)} repeats (min-max where they differ):")
+    print(f"  probes: tune_batch {spread(rows, 'probes')}, lightning power {spread(rows, 'power_probes')} "
+          f"({spread(rows, 'power_steps')} steps), lightning binsearch {spread(rows, 'bin_probes')} "
+          f"({spread(rows, 'bin_steps')} steps)")
+    print(f"  batch: tune_batch {spread(rows, 'batch')}, lightning power {spread(rows, 'power_batch')}, "
+          f"lightning binsearch {spread(rows, 'bin_batch')}")
+    print(f"  headroom below the cap in the 20-step run: tune_batch {spread(rows, 'room', '.1%')}, "
+          f"lightning binsearch {spread(rows, 'bin_room', '.1%')}")
+    print(f"  held-out prediction error of the memory line (max per repeat): {spread(rows, 'err', '.1%')}")
+    print(f"  seconds (not comparable: lightning profiles all 3 steps of a trial, tune_batch 1 of 3): "
+          f"{spread(rows, 't_ours', '.1f')} / {spread(rows, 't_power', '.1f')} / {spread(rows, 't_bin', '.1f')}")
+    fits = int(all(r["fits"] for r in rows))
+    print(f"RESULT probes={med('probes'):g} lightning_power_probes={med('power_probes'):g} "
+          f"lightning_binsearch_probes={med('bin_probes'):g} batch={med('batch'):g} lightning_batch={med('bin_batch'):g} "
+          f"fits={fits} pred_err_heldout={med('err'):.3f} lightning_power_batch={med('power_batch'):g} "
+          f"lightning_fits={int(all(r['bin_fits'] for r in rows))} headroom={med('room'):.3f} "
+          f"lightning_headroom={med('bin_room'):.3f}")
+
+
+CAVEATS = (
+    "what this CPU comparison cannot show: no allocator runs out of memory here, both tools see a cap "
+    "emulated on the profiler's tensor bytes (a GPU adds allocator fragmentation, cuDNN workspaces and "
+    "the CUDA context, so the batch sizes do not carry over, the probe counts do); binsearch answers any "
+    "integer, max-batch and power only the space's powers of two; lightning's trials reuse one model and "
+    "optimizer (momentum already allocated after the first trial), tune_batch builds both per probe."
+)
 
 
 def main() -> None:
@@ -67,52 +261,24 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     args = ap.parse_args()
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="lightning")
     cfg = load_config(args.config, [f"resources.device_memory={args.cap}", *args.overrides])
-    cap = parse_memory(cfg.resources.device_memory)[1]
+    cap = int(parse_memory(cfg.resources.device_memory)[1])
+    limit = cap * (1.0 - cfg.resources.memory_margin)
+    init_val = min(cfg.space.batch_choices())
     n_train = len(build_datasets(cfg.data, num_classes=cfg.model.num_classes).train)
+    print(f"lightning {pl.__version__}; model {cfg.model.name} {cfg.model.kwargs}, data {cfg.data.name} at "
+          f"{cfg.data.resize} px ({n_train} train); cap {cap / MiB:.0f} MiB, margin {cfg.resources.memory_margin:.0%}: "
+          f"both tools search against {limit / MiB:.1f} MiB; lightning init_val {init_val}, steps_per_trial 3, "
+          f"margin 0; {args.repeats} repeats; '!' marks a trial over the limit")
     probe = probe_trial(cfg)
-    print(f"model {cfg.model.name} {cfg.model.kwargs}, data {cfg.data.name} at {cfg.data.resize} px ({n_train} train), "
-          f"cap {cap / 2**20:.0f} MiB, margin {cfg.resources.memory_margin:.0%}, {args.repeats} repeats")
-
     rows = []
     for rep in range(args.repeats):
-        t0 = time.perf_counter()
-        ours = max_batch(cfg, 1, probe)
-        t_ours = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        l_batch, l_probes = lightning_binsearch(probe, cap, n_train)
-        t_l = time.perf_counter() - t0
-        # does our answer really fit? a longer run (20 steps) under the enforced cap
-        check = None
-        if ours.batch_size is not None:
-            b = ours.batch_size
-            budget = cfg.budget.model_copy(update={"train_samples": 20 * b, "warmup_steps": 2})
-            check = run_trial(cfg.model_copy(update={"budget": budget}), {"batch_size": b, "lr": cfg.space.lr.low, "num_gpus": 1},
-                              validate=False)
-        # prediction error of our memory line on Lightning's independent probes inside the fitted range
-        errs = []
-        if ours.fit is not None:
-            lo, hi = ours.fit.batch_range
-            for p in l_probes:
-                if lo <= p.batch_size <= hi and p.status == "ok" and p.peak_mem_bytes:
-                    errs.append(abs(ours.fit.predict(p.batch_size) - p.peak_mem_bytes) / p.peak_mem_bytes)
-        fits = int(check is not None and check.status == "ok")
-        rows.append((len(ours.probes), len(l_probes), ours.batch_size or 0, l_batch, fits, t_ours, t_l,
-                     max(errs) if errs else float("nan")))
-        print(f"repeat {rep + 1}: tune_batch {ours.batch_size} in {len(ours.probes)} probes ({t_ours:.1f} s) "
-              f"[{', '.join(str(p.batch_size) for p in ours.probes)}]; lightning-binsearch {l_batch} in {len(l_probes)} probes "
-              f"({t_l:.1f} s) [{', '.join(str(p.batch_size) for p in l_probes)}]; "
-              f"20-step check at {ours.batch_size}: {check.status if check else '-'}{' (' + str(check.reason) + ')' if check and check.reason else ''}"
-              f" peak {(check.metrics.peak_mem_bytes or 0) / 2**20 if check else 0:.1f} MiB; "
-              f"max prediction error inside the fit {max(errs) if errs else float('nan'):.1%} ({len(errs)} points)")
-
-    med = [statistics.median(r[i] for r in rows) for i in range(7)]
-    pred_err = statistics.median(r[7] for r in rows)
-    fits_all = int(all(r[4] for r in rows))
-    print(f"median probes: tune_batch {med[0]:g}, lightning-binsearch {med[1]:g} (ratio {med[0] / med[1]:.2f}); "
-          f"median seconds: {med[5]:.1f} vs {med[6]:.1f}; batch: {med[2]:g} vs {med[3]:g}")
-    print(f"RESULT probes={med[0]:g} lightning_probes={med[1]:g} batch={med[2]:g} lightning_batch={med[3]:g} "
-          f"fits={fits_all} pred_err={pred_err:.3f}")
+        print(f"repeat {rep + 1}:")
+        rows.append(one_repeat(cfg, cap, limit, init_val, probe))
+    print(CAVEATS)
+    summarise(rows)
 
 
 if __name__ == "__main__":

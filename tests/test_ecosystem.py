@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import optuna
+import pytest
 
 import tune_batch
 from tests.conftest import tiny_config
+from tune_batch.records import Metrics, Status, TrialResult
 from tune_batch.runner import search
 
 
@@ -81,3 +88,62 @@ def test_optunas_own_pareto_plot_names_objectives_and_sets_infeasible_trials_apa
     assert len(grey) == 1 and list(grey[0].x) == [oom.values[0]]
     shown = [x for tr in fig.data if tr.marker.color != "#cccccc" for x in tr.x]
     assert sorted(shown) == sorted(t.values[0] for t in ok)  # the front and the dominated: ok trials only
+
+
+DASHBOARD = shutil.which("optuna-dashboard")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _looked_up(config, params, trial_id=None, **_):  # a trial's result looked up, not trained
+    if params.batch_size == 64:
+        return TrialResult(trial_id, params, Status.OOM, "OutOfMemoryError: over the cap", duration_s=0.1)
+    m = Metrics(samples_per_s=40.0 * params.batch_size, device_util=0.9, val_acc=1.0 - params.batch_size / 100)
+    return TrialResult(trial_id, params, Status.OK, None, m, duration_s=1.0)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None or DASHBOARD is None,
+                    reason="needs chromium and optuna-dashboard (pip install optuna-dashboard)")
+def test_optuna_dashboard_names_the_objectives_and_sees_the_constraints(tmp_path: Path) -> None:
+    from tune_batch import study as seam
+    from tune_batch.optuna import Objective
+
+    cfg = tiny_config(space={"batch_size": [16, 32, 64]})  # the three default objectives
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = seam.create(cfg, storage, "dash", optuna.samplers.RandomSampler(seed=0))
+    for b in (16, 64, 32):
+        study.enqueue_trial({"batch_size": b, "lr": 0.05, "num_gpus": 1})
+    study.optimize(Objective(cfg, runner=_looked_up), n_trials=3)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([DASHBOARD, storage, "--host", "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(100):  # up in a few seconds
+            try:
+                studies = json.load(urllib.request.urlopen(f"{base}/api/studies", timeout=2))["study_summaries"]
+                break
+            except OSError:
+                time.sleep(0.2)
+        sid = studies[0]["study_id"]
+        detail = json.load(urllib.request.urlopen(f"{base}/api/studies/{sid}", timeout=10))
+        assert detail["objective_names"] == ["samples_per_s", "device_util", "val_acc"]
+        constraints = {t["params"][0]["param_external_value"]: t["constraints"] for t in detail["trials"]
+                       if t["params"] and t["params"][0]["name"] == "batch_size"}
+        assert constraints == {"16": [0.0, 0.0, 0.0], "32": [0.0, 0.0, 0.0], "64": [1.0, 0.0, 0.0]}
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+                 "--virtual-time-budget=15000"]
+        p = subprocess.run([CHROMIUM, *flags, "--dump-dom", f"{base}/dashboard/studies/{sid}"],
+                           capture_output=True, text=True, timeout=120)
+        dom = p.stdout
+        assert p.returncode == 0, p.stderr[-2000:]
+        for name in ("samples_per_s", "device_util", "val_acc"):  # the page names them, not "Objective 0"
+            assert name in dom, name
+        assert "Objective 0" not in dom
+    finally:
+        server.kill()
+        server.wait()
