@@ -193,8 +193,7 @@ class NvmlReader:
 
     def processes(self) -> tuple[dict[int, int], str | None]:
         """Compute processes on the trial's GPUs other than this one: pid -> GPU memory (bytes,
-        0 where the driver does not say). Where NVML's pids are not this process's namespace (a
-        container), this process cannot be told apart: then all but one count, and the note says so."""
+        0 where the driver does not say), and a note where they cannot be told apart (see others_of)."""
         nv, seen = self.nvml, {}
         try:
             for h in self.handles.values():
@@ -272,9 +271,8 @@ _GPM_METRICS = _gpm_metric_ids()
 
 
 def others_of(seen: dict[int, int], me: int) -> tuple[dict[int, int], str | None]:
-    """The entries of ``seen`` (pid -> GPU memory) that are not this process ``me``. When ``me``
-    is absent but others are there, NVML reports another pid namespace: the entry using the
-    least memory is taken as this process (the caller holds a CUDA context), and a note says so."""
+    """The entries of ``seen`` (pid -> GPU memory) other than this process ``me``; where ``me`` is
+    absent (another pid namespace), all but the one using the least memory, with a note."""
     if me in seen or not seen:
         return {p: m for p, m in seen.items() if p != me}, None
     mine = min(seen, key=lambda p: seen[p])
@@ -340,8 +338,7 @@ class GpuSampler:
             self._stop.wait(self.interval_s)
 
     def _see_others(self) -> None:
-        """Adds the other compute processes on the GPUs now (optional telemetry: a failure is
-        noted, never fails the trial)."""
+        """Adds the GPUs' other compute processes now (a failure is noted, never fails the trial)."""
         if self._processes is None or self._others is None:
             return
         try:
@@ -364,7 +361,7 @@ class GpuSampler:
         self._see_others()
 
     def mark_end(self) -> None:
-        """The timed window ended now: polled reads outside the marks are dropped."""
+        """The timed window ended now: polled reads outside it are dropped."""
         self._see_others()
         self._marks.append((time.perf_counter(), time.time()))
         if self._gpm_end is not None and self._gpm_note is None:
