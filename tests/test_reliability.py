@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import tiny_config
 from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
 from tune_batch.runner import search
@@ -112,3 +114,25 @@ def _listeners(pids: set[int]) -> list[tuple[str, str]]:
         if any(p in pids for p in owners):
             found.append((parts[3], line.split("users:")[-1][:60]))
     return found
+
+
+@pytest.mark.parametrize("backend", ["optuna", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.slow])])
+def test_a_record_that_cannot_be_written_stops_the_search_and_is_kept(tmp_path: Path, backend: str) -> None:
+    from tune_batch.errors import RecordNotWritten
+    from tune_batch.runner import search
+
+    run = tmp_path / "run"
+    cfg = tiny_config(model={"name": "tests.workloads:swaps_records_away", "kwargs": {"run_dir": str(run)}},
+                      search={"backend": backend}, budget={"trials": 4, "train_samples": 256},
+                      space={"batch_size": [16, 32]})
+    with pytest.raises(RecordNotWritten) as err:
+        search(cfg, run, quiet=True)
+    msg = str(err.value)
+    assert "\n" not in msg and "the search stops" in msg and "cannot be appended to" in msg
+    kept = Path(re.search(r"was saved to (\S+),", msg).group(1))
+    rescued = [json.loads(x) for x in kept.read_text().splitlines()]
+    before = [json.loads(x) for x in (run / "trials.jsonl.kept").read_text().splitlines()]
+    assert len(before) == 1 and before[0]["status"] == "ok"  # measured before the fault: still there
+    assert rescued and all(r["status"] == "ok" for r in rescued)  # measured after it: kept, not lost
+    assert len(before) + len(rescued) < 4  # stopped: not every trial of the budget ran
+    kept.unlink()

@@ -167,3 +167,15 @@ def dying_loader(n: int = 512):
 def builder_raises(num_classes: int = 10, **kwargs: object) -> nn.Module:
     """A user's model builder that fails while building (not in forward)."""
     raise RuntimeError("the user's builder could not find its weights file")
+
+
+def swaps_records_away(num_classes: int = 10, run_dir: str = "") -> nn.Module:
+    """A model builder that, once the run's trials.jsonl holds a record, moves it aside and puts
+    a directory in its place: the next append fails mid-search, as on a full or broken disk."""
+    from pathlib import Path
+
+    p = Path(run_dir) / "trials.jsonl"
+    if p.is_file() and p.read_text().strip():
+        p.rename(p.with_name("trials.jsonl.kept"))
+        p.mkdir()
+    return tiny_with_dropout(num_classes)

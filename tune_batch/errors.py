@@ -28,6 +28,10 @@ class RunDirError(UserError):
     """The run directory cannot be used (unwritable, belongs to another config)."""
 
 
+class RecordNotWritten(RunDirError):
+    """A record could not be appended to trials.jsonl mid-search (it was kept elsewhere)."""
+
+
 class DeviceMonitorError(TuneBatchError):
     """A device telemetry call failed (NVML); the cause is chained."""
 

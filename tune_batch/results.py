@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from tune_batch.config import Config, config_from_dict, dump_config
-from tune_batch.errors import RunDirError
+from tune_batch.errors import RecordNotWritten, RunDirError
 from tune_batch.records import TrialResult
 
 CONFIG_FILE = "config.yaml"
@@ -191,15 +191,37 @@ class RunDir:
         fresh line whatever the file ends with (a line cut by a crash stays on its own)."""
         line = json.dumps(result.to_record(), default=_json_default, allow_nan=True) + "\n"
         with self._lock:
-            with self.trials_path.open("a+b") as f:
-                f.seek(0, os.SEEK_END)
-                if f.tell() > 0:
-                    f.seek(-1, os.SEEK_END)
-                    if f.read(1) != b"\n":
-                        line = "\n" + line
-                f.write(line.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with self.trials_path.open("a+b") as f:
+                    f.seek(0, os.SEEK_END)
+                    if f.tell() > 0:
+                        f.seek(-1, os.SEEK_END)
+                        if f.read(1) != b"\n":
+                            line = "\n" + line
+                    f.write(line.encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:  # disk full, file made read-only or replaced: stop, keep this record elsewhere
+                kept = self._rescue(line.lstrip("\n"))
+                raise RecordNotWritten(
+                    f"{self.trials_path} cannot be appended to ({e.strerror or e}): the search stops; the record of "
+                    f"trial {result.trial_id} was saved to {kept}, every earlier record is in trials.jsonl (fix the "
+                    f"cause, copy that line into trials.jsonl, and run the same command again to continue)") from e
+
+    def _rescue(self, line: str) -> str:
+        """Append ``line`` to a rescue file in the system temp dir; where even that fails, to
+        stderr. Returns where it went."""
+        import sys
+        import tempfile
+
+        path = Path(tempfile.gettempdir()) / f"tune_batch-rescue-{self.path.name}-{os.getpid()}.jsonl"
+        try:
+            with path.open("a", encoding="utf-8") as f:
+                f.write(line)
+            return str(path)
+        except OSError:
+            sys.stderr.write(line)
+            return "stderr (above)"
 
     def check_appendable(self) -> None:
         """RunDirError unless records can be appended to trials.jsonl (an immutable or read-only

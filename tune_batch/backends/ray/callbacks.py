@@ -10,7 +10,7 @@ from typing import Any
 from ray import tune
 
 from tune_batch.backends.ray.trainable import CONTROL_KEYS
-from tune_batch.errors import TuneBatchError
+from tune_batch.errors import RecordNotWritten, TuneBatchError
 from tune_batch.progress import Progress
 from tune_batch.records import Params, Status, TrialResult
 from tune_batch.results import RunDir
@@ -47,6 +47,19 @@ def failed_record(trial: Any, reason: str, specs: list[dict[str, Any]] | None = 
     return TrialResult(spec.get("trial_number"), params, Status.FAILED, reason, ray_trial_id=trial.trial_id)
 
 
+class Halt(tune.Stopper):
+    """Stops the whole experiment once ``records`` could not write a record."""
+
+    def __init__(self, records: Records) -> None:
+        self.records = records
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.records.lost is not None
+
+
 class Records(tune.Callback):
     """Appends each finished trial's record to trials.jsonl and shows progress; adds
     ``scaling_efficiency`` = sps(n) / (n x sps(1)) at the same per-worker batch, when measured."""
@@ -55,6 +68,7 @@ class Records(tune.Callback):
         self.run_dir = run_dir
         self.progress = progress
         self.specs = specs  # the repeats' jobs, when the trials are repeats
+        self.lost: RecordNotWritten | None = None  # a record trials.jsonl refused (it was kept elsewhere)
         self._one_worker_sps: dict[int, float] = {}  # per-worker batch -> best samples/s at num_gpus 1
         for rec in progress.records:
             self._learn(rec)
@@ -75,7 +89,11 @@ class Records(tune.Callback):
     def _write(self, rec: TrialResult) -> None:
         self._learn(rec)
         rec = self._scaling(rec)
-        self.run_dir.append(rec)
+        try:
+            self.run_dir.append(rec)
+        except RecordNotWritten as e:  # Tune would swallow it: kept (first one) for the driver, the run halted
+            self.lost = self.lost or e
+            return
         self.progress.finished(rec)
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ray import tune
 
-from tune_batch.backends.ray.callbacks import Records
+from tune_batch.backends.ray.callbacks import Halt, Records
 from tune_batch.backends.ray.cleanup import GroupSweeper
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
 from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
@@ -42,10 +42,14 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
 def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], tune_config: tune.TuneConfig,
                verbose: bool, kind: str, param_space: dict[str, Any] | None = None) -> None:
     # a fresh experiment per invocation: a continued search joins the same Optuna study
+    records = next(c for c in callbacks if isinstance(c, Records))
     run_config = tune.RunConfig(name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}",
                                 storage_path=str((run_dir.path / "ray").resolve()), verbose=2 if verbose else 0,
-                                callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0))
+                                callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0),
+                                stop=Halt(records))
     tune.Tuner(trainable, tune_config=tune_config, run_config=run_config, param_space=param_space).fit()
+    if records.lost is not None:  # trials.jsonl refused a record: stop here, in one line
+        raise records.lost
 
 
 def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any, study_name: str, progress: Progress,
