@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_config
+from tests.conftest import REPO, tiny_config
 from tune_batch.backends.ray import plan_resources
 from tune_batch.runner import search
 
@@ -55,47 +56,81 @@ def test_resource_plan_without_gpus() -> None:
     assert gpus.gpu_choices == [1, 2, 4] and gpus.request(1) == {"CPU": 4.0, "GPU": 1.0} and gpus.concurrent == 4
 
 
-def test_search_across_a_two_node_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_cluster(root: str) -> None:
+    """Every process of the test cluster, by PID (their command lines name its temp dir); never
+    `ray stop`, which would end every Ray on the machine."""
+    import psutil
+
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and any(root in part for part in p.info["cmdline"] or []):
+                p.kill()
+        except psutil.Error:
+            continue
+
+
+def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> None:
+    """README's cluster recipe as written: `ray start --head`, `ray start --address` (separate
+    processes), then `search --address HOST:PORT` (a 2-worker trial across both nodes) and
+    `search --address ray://HOST:CLIENT_PORT` (Ray Client), both from the command line."""
+    import shutil
+    import subprocess
+    import sys
     import tempfile
 
-    import ray
-    from ray.cluster_utils import Cluster
+    import yaml
 
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a loopback test cluster; nothing written to ~/.ray
-    tmp_root = tempfile.mkdtemp(prefix="tbc-", dir="/tmp")  # short: socket paths have a length limit
-    monkeypatch.setenv("RAY_TMPDIR", tmp_root)  # Ray's default /tmp/ray moves under it
-    # both nodes on loopback, as a local search is (Ray would advertise the LAN address)
-    from ray._private import ray_constants
+    root = tempfile.mkdtemp(prefix="tbr-", dir="/tmp")  # short: socket paths have a length limit
+    gcs, client = _free_port(), _free_port()
+    # RAY_AUTH_MODE disabled: nothing written to ~/.ray. Ray 2.60's `ray start` cannot keep a
+    # multi-node cluster on loopback (README): its nodes advertise this machine's address.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    ray_cli = [sys.executable, "-c", "import sys; from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()"]
 
-    from tune_batch.backends.ray.session import LOOPBACK_ENV
+    def run(*args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+        return subprocess.run(list(args), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
 
-    monkeypatch.setenv(LOOPBACK_ENV, "0")
-    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    cluster.add_node(num_cpus=1)
     try:
-        ray.init(address=cluster.address)
+        head = run(*ray_cli, "start", "--head", f"--port={gcs}", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+                   f"--ray-client-server-port={client}", f"--temp-dir={root}", "--include-dashboard=false", timeout=120)
+        assert head.returncode == 0, head.stderr[-2000:]
+        node = run(*ray_cli, "start", f"--address=127.0.0.1:{gcs}", "--num-cpus=1", timeout=120)
+        assert node.returncode == 0, node.stderr[-2000:]
+        cfg = tmp_path / "c.yaml"
         # a minimum window longer than the budget's timed steps: the extra steps pair up on both ranks
-        cfg = tiny_config(space={"batch_size": [64], "num_gpus": [2]},
-                          budget={"trials": 1, "train_samples": 1024, "min_window_s": 1.5})
-        search(cfg, tmp_path / "run", quiet=True)
-        (rec,) = _records(tmp_path / "run")
+        cfg.write_text(yaml.safe_dump(tiny_config(space={"batch_size": [64], "num_gpus": [2]},
+                                                  budget={"trials": 1, "train_samples": 1024, "min_window_s": 1.5}).to_dict()))
+        p = run(sys.executable, "-m", "tune_batch", "search", str(cfg), "--address", f"127.0.0.1:{gcs}", "--output",
+                str(tmp_path / "run"), "--quiet")
+        assert p.returncode == 0, p.stderr[-3000:]
+        (rec,) = _records(tmp_path / "run")  # in the driver's run directory
         assert rec["status"] == "ok", rec["reason"]
         info, m = rec["info"], rec["metrics"]
         assert info["world_size"] == 2 and info["launcher"] == "ray.train.torch.TorchTrainer"
-        assert info["per_worker_batch"] == 32
-        assert info["short_batches"] == 0  # every worker saw only full batches
+        assert len(info["node_ids"]) == 2  # one worker on each node
+        assert info["per_worker_batch"] == 32 and info["short_batches"] == 0
         assert info["train_samples_done"] == 1024 and info["timed_samples"] == info["timed_steps"] * 64  # global
         # topped up by the clock on both ranks: at least the minimum whatever the load (no timing bound)
         assert info["window_extension_steps"] > 0 and m["timed_s"] >= 1.5
         assert 0 < m["device_util"] <= 1 and m["val_acc"] > 0.2 and m["peak_mem_bytes"] > 0
         assert m["goodput"] > 0  # the noise scale ran on rank 0 through the bare model: no lone all-reduce
-        assert len(rec["info"]["node_ids"]) == 2  # one worker on each node
-        assert rec["info"]["node_ids"] == sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-        assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        import shutil
 
-        shutil.rmtree(tmp_root, ignore_errors=True)
+        one = tmp_path / "one.yaml"
+        one.write_text(yaml.safe_dump(tiny_config(budget={"trials": 1, "train_samples": 512}).to_dict()))
+        p = run(sys.executable, "-m", "tune_batch", "search", str(one), "--address", f"ray://127.0.0.1:{client}",
+                "--output", str(tmp_path / "client-run"), "--quiet")
+        assert p.returncode == 0, p.stderr[-3000:]
+        (rec,) = _records(tmp_path / "client-run")  # Tune's driver ran on the head node, which sees this directory
+        assert rec["status"] == "ok", rec["reason"]
+    finally:
+        _stop_cluster(root)
+        shutil.rmtree(root, ignore_errors=True)

@@ -13,7 +13,7 @@ from tune_batch.backends.ray.callbacks import Halt, Records
 from tune_batch.backends.ray.cleanup import GroupSweeper
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
 from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
-from tune_batch.backends.ray.session import node_cpus, ray_session
+from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray_session
 from tune_batch.backends.ray.trainable import ray_trainable, repeat_trainable
 from tune_batch.config import Config
 from tune_batch.confirm import ConfirmJob
@@ -99,6 +99,7 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
     candidates ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for,
     in the same Ray session; records go to ``run_dir``."""
     with ray_session(address, verbose=verbose) as cluster:
+        check_client_run_dir(address, str(run_dir.path.resolve()))
         plan = plan_resources(config, cluster, node_cpus())
         _announce(config, plan, cluster, progress)
         if config.budget.trials > 0:

@@ -90,6 +90,17 @@ def _loopback(local: bool) -> Iterator[None]:
             os.environ[LOOPBACK_ENV] = saved_env
 
 
+def _init(kwargs: dict[str, Any]) -> None:
+    """ray.init; over Ray Client once more after "Initialization failure from server" (its proxy
+    sometimes fails to start the session's server on a first connection; seen with Ray 2.60)."""
+    try:
+        ray.init(**kwargs)
+    except ConnectionError as e:
+        if not str(kwargs.get("address", "")).startswith("ray://") or "Initialization failure" not in str(e):
+            raise
+        ray.init(**kwargs)
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[str, float]]:
     """Connect to ``address`` or start a local Ray instance bound to 127.0.0.1 with its temp
@@ -118,7 +129,7 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
     try:
         with _token_auth(local=not address), _loopback(local=not address):
             try:
-                ray.init(**kwargs)
+                _init(kwargs)
             except ConnectionError as e:
                 raise UserError(f"--address {address!r}: cannot connect to a Ray cluster there "
                                 f"({str(e).splitlines()[0]})") from e
@@ -130,3 +141,36 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
     finally:
         if temp:
             shutil.rmtree(temp, ignore_errors=True)
+
+
+def _reads(path: str, token: str) -> bool:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read() == token
+    except OSError:
+        return False
+
+
+def check_client_run_dir(address: str | None, run_dir: str) -> None:
+    """Over Ray Client (``ray://``) Ray Tune runs its driver as an actor on the cluster's head
+    node, so the records are written there. Refuse, in one line, unless the head node sees this
+    run directory (the same machine, or a shared filesystem): a token written here is read there."""
+    if not (address or "").startswith("ray://"):
+        return
+    import secrets
+
+    from ray.air.util.node import _force_on_current_node
+
+    token, path = secrets.token_hex(8), os.path.join(run_dir, ".client-check")
+    with open(path, "w", encoding="ascii") as f:
+        f.write(token)
+    try:
+        probe = _force_on_current_node(ray.remote(num_cpus=0)(_reads))
+        seen = ray.get(probe.remote(path, token), timeout=60)
+    finally:
+        os.unlink(path)
+    if not seen:
+        raise UserError(f"--address {address!r}: over Ray Client, Ray Tune runs the search's driver on the cluster's "
+                        f"head node, which cannot see {run_dir}; run tune-batch on a cluster node with --address auto "
+                        f"(or give --output a directory on a filesystem the head node shares)")
+
