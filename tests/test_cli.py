@@ -184,3 +184,23 @@ def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys:
     (other / "trials.jsonl").mkdir()  # cannot be appended to
     code, _, err = _run(capsys, "search", str(cfg), "--output", str(other))
     assert code == 2 and "cannot be appended to" in err and len(err.strip().splitlines()) == 1
+
+
+def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
+    from tune_batch.cli import _overhead, _trace_flag
+    from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+
+    def rec(over: float, trace_dir: Path) -> TrialResult:
+        return TrialResult("probe", Params(64, 0.04, 1), Status.OK, None, Metrics(samples_per_s=1000.0, samples_per_s_ci=30.0),
+                           1.0, TrialInfo(profiler_overhead=over, trace_dir=str(trace_dir), profile_active_steps=3))
+
+    assert "UNVERIFIED, negative" in _overhead(rec(-0.02, tmp_path))
+    assert "UNVERIFIED, inside the window's own noise (+-3.0%)" in _overhead(rec(0.02, tmp_path))
+    assert "UNVERIFIED" not in _overhead(rec(0.30, tmp_path)) and "+30.0%" in _overhead(rec(0.30, tmp_path))
+    assert "no readable trace" in _trace_flag(rec(0.3, tmp_path))[0]
+    steps = {"traceEvents": [{"name": f"ProfilerStep#{i}"} for i in range(3)] + [{"name": "aten::mm"}]}
+    (tmp_path / "a.pt.trace.json").write_text(json.dumps(steps))
+    assert _trace_flag(rec(0.3, tmp_path)) == []  # this trial's trace alone
+    (tmp_path / "b.pt.trace.json").write_text(json.dumps(steps))  # an earlier probe's, in the same directory
+    (flag,) = _trace_flag(rec(0.3, tmp_path))
+    assert "holds 6 profiled step(s), this trial recorded 3" in flag

@@ -162,13 +162,61 @@ def _probe_extras(res: TrialResult) -> list[str]:
         lines.append(f"  warning           {info.mfu_flag}")
     if info.trace_dir and info.profile_step_s is not None:
         lines.append(f"  trace             {info.trace_dir} (profiled steps: {info.profiled_steps}, "
-                     f"{info.profile_step_s * 1000:.2f} ms/step, profiler overhead {info.profiler_overhead:+.1%})")
+                     f"{info.profile_step_s * 1000:.2f} ms/step, {_overhead(res)})")
+        lines += _trace_flag(res)
     elif info.profile:
         lines.append(f"  trace             {info.profile}")
     if m.energy_j_per_sample is not None:
         lines.insert(0, f"  energy            {m.energy_j_per_sample:.5f} J/sample   (NVML total-energy counter over "
                         f"the window; mean power {info.power_w or float('nan'):.0f} W)")
     return lines
+
+
+def _overhead(res: TrialResult) -> str:
+    """The profiler overhead, or why it is not a measurement: negative, or inside the window's
+    own step-to-step noise (the 95 % half-width of samples/s)."""
+    m, over = res.metrics, res.info.profiler_overhead
+    noise = (m.samples_per_s_ci or 0.0) / m.samples_per_s if m.samples_per_s else 0.0
+    if over is None:
+        return "profiler overhead not measured"
+    if over < 0:
+        return (f"profiler overhead {over:+.1%}: UNVERIFIED, negative: the profiled steps ran faster than the "
+                f"window, which is noise, not a speed-up")
+    if over <= noise:
+        return f"profiler overhead {over:+.1%}: UNVERIFIED, inside the window's own noise (+-{noise:.1%})"
+    return f"profiler overhead {over:+.1%} (window noise +-{noise:.1%})"
+
+
+def _trace_steps(trace_dir: str) -> int | None:
+    """ProfilerStep events in the trace files of ``trace_dir`` (None when none can be read)."""
+    import gzip
+    import json as _json
+    from pathlib import Path
+
+    n, read = 0, False
+    for f in Path(trace_dir).glob("*.pt.trace.json*"):
+        try:
+            with (gzip.open(f, "rt") if f.suffix == ".gz" else f.open()) as fh:
+                events = _json.load(fh).get("traceEvents", [])
+        except (OSError, ValueError):
+            continue
+        read = True
+        n += sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    return n if read else None
+
+
+def _trace_flag(res: TrialResult) -> list[str]:
+    """A warning when the trace holds another number of profiled steps than this trial recorded
+    (e.g. an earlier probe's traces in the same directory)."""
+    info = res.info
+    wanted = info.get("profile_active_steps")
+    found = _trace_steps(info.trace_dir) if info.trace_dir else None
+    if found is None:
+        return [f"  warning           no readable trace in {info.trace_dir}: the profiled steps are not shown there"]
+    if wanted is not None and found != wanted:
+        return [f"  warning           the trace holds {found} profiled step(s), this trial recorded {wanted}: "
+                f"it is not this trial's alone (earlier traces in that directory?)"]
+    return []
 
 
 def render_probe(res: TrialResult) -> str:

@@ -147,6 +147,7 @@ class TrialInfo(_Flat):
     timed_steps: int | None = None
     timed_samples: int | None = None
     profiled_steps: int | None = None
+    profile_active_steps: int | None = None  # of those, the ones the trace records (profile.active x repeat)
     train_samples_done: int | None = None
     window_extension_steps: int | None = None
     short_batches: int | None = None

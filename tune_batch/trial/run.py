@@ -186,6 +186,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
         window_extension_steps=t.window.extension_steps or None, short_batches=short, final_loss=t.final_loss,
         memory_cap_bytes=cap.bytes, memory_cap=cap.note, peak_mem_method=t.peak_method,
         trace_dir=str(trace_dir) if t.profile_step_s is not None else None, profile_step_s=t.profile_step_s,
+        profile_active_steps=config.profile.active * config.profile.repeat if t.profile_step_s is not None else None,
         profiler_overhead=t.profile_step_s / step_s - 1.0 if t.profile_step_s is not None else None,
         model_flops_per_sample=mfu.model_flops_per_sample,
         peak_flops_per_s=mfu.peak_flops_per_s, peak_source=mfu.peak_source, mfu_flag=mfu.flag,
