@@ -121,10 +121,28 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     p = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     dom = p.stdout
-    expected = figure_data(report)["n_points"]
-    assert len(re.findall(r'<path class="point"', dom)) == expected
+
+    def panel(div: str) -> str:  # the rendered DOM of one panel, up to the next heading
+        start = dom.index(f'id="{div}"')
+        end = dom.find("<h2>", start)
+        return dom[start:end if end > 0 else len(dom)]
+
+    # the answer comes first, in words, before any plot
+    assert dom.index('id="tb-answer"') < dom.index('id="tb-seed"') < dom.index('id="tb-heat"') < dom.index('id="tb-front"')
+    answer = panel("tb-answer")
+    rec = report.recommended
+    assert f"batch_size {rec.params.batch_size}" in answer and "+-" in answer
+    assert dom.count("<h1>") == 1 and "title_text" not in dom
+    seed, heat = panel("tb-seed"), panel("tb-heat")
+    assert "main-svg" in seed and "samples/s" in seed and "peak memory (MiB)" in seed
+    assert "batch size (samples per step, all workers)" in seed and "num_gpus 1" in seed
+    assert "main-svg" in heat and "learning rate (log)" in heat and "val_acc" in heat
+    for div in ("tb-seed", "tb-heat", "tb-front"):  # the recommendation is marked in every view
+        assert "recommended" in panel(div), div
+    assert len(re.findall(r'<path class="point"', panel("tb-front"))) == figure_data(report)["n_points"]
     assert "main-svg" in dom and "parcoords" in dom
-    shot = tmp_path / "shot.png"
-    subprocess.run([CHROMIUM, *flags, "--window-size=1400,1000", f"--screenshot={shot}", page.as_uri()],
-                   capture_output=True, timeout=120)
-    assert shot.exists() and shot.stat().st_size > 10_000
+    for size in ("1024,900", "390,844"):  # a laptop and a phone
+        shot = tmp_path / f"shot-{size.split(',')[0]}.png"
+        subprocess.run([CHROMIUM, *flags, f"--window-size={size}", f"--screenshot={shot}", page.as_uri()],
+                       capture_output=True, timeout=120)
+        assert shot.exists() and shot.stat().st_size > 10_000

@@ -13,10 +13,10 @@ import math
 from itertools import combinations
 from typing import Any
 
-from tune_batch.confirm import lines as confirm_lines
 from tune_batch.objectives import is_feasible
 from tune_batch.records import Status, TrialResult
-from tune_batch.report import Report, noise_lines, row, tradeoff_lines
+from tune_batch.report import Report, row
+from tune_batch.report_views import axis_label
 
 STATUS_COLOURS = {Status.OK: "#1f77b4", Status.OOM: "#9e9e9e", Status.SKIPPED: "#c7c7c7",
                   Status.DIVERGED: "#bcbd22", Status.FAILED: "#7f7f7f"}
@@ -57,7 +57,7 @@ def _figure(report: Report, data: dict[str, Any]) -> Any:
 
     metrics, pairs = data["metrics"], data["pairs"]
     n_panels = 1 + len(pairs)
-    cols = min(3, n_panels)
+    cols = min(2, n_panels)
     rows = math.ceil(n_panels / cols)
     titles = ["parameter space: batch_size x lr (grey: infeasible / failed)"] + [f"{b} vs {a}" for a, b in pairs]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.15)
@@ -71,8 +71,10 @@ def _figure(report: Report, data: dict[str, Any]) -> Any:
             name=f"{status.value} ({len(recs)})", legendgroup=status.value,
             marker={"color": STATUS_COLOURS[status], "size": 10, "symbol": "circle" if status is Status.OK else "x"},
             hovertext=[_hover(r, metrics) for r in recs], hoverinfo="text"), row=1, col=1)
-    fig.update_xaxes(type="log", title_text="batch_size", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="lr", row=1, col=1)
+    sizes = sorted({r.params.batch_size for r in data["all"]})
+    fig.update_xaxes(type="log", tickvals=sizes, ticktext=[str(b) for b in sizes], title_text="batch size (samples)",
+                     row=1, col=1)
+    fig.update_yaxes(type="log", title_text="learning rate (log)", row=1, col=1)
 
     ok, front_ids, rec_id = data["ok"], data["front_ids"], data["recommended_id"]
     for i, (a, b) in enumerate(pairs, start=1):
@@ -91,10 +93,9 @@ def _figure(report: Report, data: dict[str, Any]) -> Any:
                 legendgroup="rec", showlegend=i == 1,
                 marker={"symbol": "star", "size": 20, "color": "gold", "line": {"color": "black", "width": 1}},
                 hovertext=[_hover(rec, metrics)], hoverinfo="text"), row=r_, col=c_)
-        fig.update_xaxes(title_text=a, row=r_, col=c_)
-        fig.update_yaxes(title_text=b, row=r_, col=c_)
-    fig.update_layout(height=420 * rows, width=1350, title_text=f"tune_batch: {report.config.name}",
-                      legend={"orientation": "h", "y": -0.08})
+        fig.update_xaxes(title_text=axis_label(a), row=r_, col=c_)
+        fig.update_yaxes(title_text=axis_label(b), row=r_, col=c_)
+    fig.update_layout(height=380 * rows, autosize=True, legend={"orientation": "h", "y": -0.08})
     return fig
 
 
@@ -111,7 +112,8 @@ def _parallel(report: Report, data: dict[str, Any]) -> Any:
     ] + [{"label": m, "values": [r.metrics.value(m) for r in ok]} for m in data["metrics"]]
     colour = [1 if r.trial_id in data["front_ids"] else 0 for r in ok]
     fig = go.Figure(go.Parcoords(line={"color": colour, "colorscale": [[0, "#aec7e8"], [1, "#d62728"]]}, dimensions=dims))
-    fig.update_layout(title_text="parallel coordinates (red: Pareto front)", height=420, width=1350)
+    fig.update_layout(height=400, autosize=True, annotations=[{"text": "red: Pareto front", "showarrow": False,
+                                                              "xref": "paper", "yref": "paper", "x": 0, "y": 1.12}])
     return fig
 
 
@@ -134,26 +136,35 @@ def _curves(report: Report) -> Any:
                 hovertext=[f"{row[0]:.0f} samples, {row[1]:.2f} s: val_acc {row[2]:.3f}" for row in curve]))
     if conf.target is not None:
         fig.add_hline(y=conf.target, line_dash="dash", annotation_text=f"target {conf.target:.3f}")
-    fig.update_layout(title_text="confirmation at length: val_acc against training seconds (validation excluded)",
-                      height=420, width=1350, xaxis_title="training seconds", yaxis_title="val_acc")
+    fig.update_layout(height=400, autosize=True, xaxis_title="training seconds (validation excluded)",
+                      yaxis_title="val_acc")
     return fig
 
 
 def render_html(report: Report) -> str:
-    """The whole page as a string."""
+    """The whole page as a string: the answer first, then the seed's picture, accuracy over
+    batch size x learning rate, the objective pairs, the curves and the table."""
     import plotly.io as pio
 
+    from tune_batch.report_views import answer_html, heat_figure, seed_figure
+
     data = figure_data(report)
-    parts = [pio.to_html(_figure(report, data), include_plotlyjs=True, full_html=False, div_id="tb-front")]
-    par = _parallel(report, data)
-    if par is not None:
-        parts.append(pio.to_html(par, include_plotlyjs=False, full_html=False, div_id="tb-parallel"))
-    curves = _curves(report)
-    if curves is not None:
-        parts.append(pio.to_html(curves, include_plotlyjs=False, full_html=False, div_id="tb-curves"))
+    views = [("tb-seed", "Throughput and memory against batch size", seed_figure(report)),
+             ("tb-heat", "Accuracy over batch size and learning rate", heat_figure(report)),
+             ("tb-front", "Objectives against each other, and every trial", _figure(report, data)),
+             ("tb-parallel", "Every feasible trial across parameters and objectives", _parallel(report, data)),
+             ("tb-curves", "Confirmation at length", _curves(report))]
+    parts, first = [], True
+    for div, heading, fig in views:
+        if fig is None:
+            continue
+        plot = pio.to_html(fig, include_plotlyjs=first, full_html=False, div_id=div, config={"responsive": True})
+        parts.append(f"<h2>{heading}</h2><div class='plot'>{plot}</div>")
+        first = False
     rows_ = [row(r, report) for r in report.records]
     cols = list(rows_[0]) if rows_ else []
-    table = ["<table id='tb-trials'><thead><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
+    table = ["<div class='scroll'><table id='tb-trials'><thead><tr>"
+             + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
     front_ids = data["front_ids"]
     for rec, r in zip(report.records, rows_):
         cls = "front" if rec.trial_id in front_ids else rec.status.value
@@ -161,22 +172,20 @@ def render_html(report: Report) -> str:
             cls += " recommended"
         cells = "".join(f"<td>{html.escape(_cell(r[c]))}</td>" for c in cols)
         table.append(f"<tr class='{cls}'>{cells}</tr>")
-    table.append("</tbody></table>")
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items()))
-    rec = report.recommended
-    rec_line = (f"recommended: trial {rec.trial_id}: batch_size {rec.params.batch_size}, lr {rec.params.lr:.4g}, "
-                f"num_gpus {rec.params.num_gpus} ({html.escape(report.method)})" if rec else "no recommendation" if report.front else "no feasible trial")
+    table.append("</tbody></table></div>")
     summary = json.dumps({"n_points": data["n_points"], "n_trials": len(report.records), "n_front": len(report.front)})
     return f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>tune_batch report: {html.escape(report.config.name)}</title>
+<html><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tune_batch report: {html.escape(report.config.name)}</title>
 <style>
-body {{ font-family: sans-serif; margin: 1em 2em; }}
+body {{ font-family: sans-serif; max-width: 1024px; margin: 0 auto; padding: 0 1em; }}
+.plot {{ width: 100%; }} .scroll {{ overflow-x: auto; }} p.answer {{ font-size: 1.25em; }}
+#tb-answer {{ background: #fffbe6; border: 1px solid #f0e0a0; padding: 0.5em 1em; }}
 table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ border: 1px solid #ddd; padding: 2px 6px; }}
 tr.oom, tr.skipped, tr.failed {{ color: #888; }} tr.front {{ background: #fde0e0; }} tr.recommended {{ background: #fff3b0; font-weight: bold; }}
 </style></head><body>
 <h1>tune_batch: {html.escape(report.config.name)}</h1>
-<p>{len(report.records)} trials ({counts}); Pareto front: {len(report.front)}; hypervolume {report.hypervolume:.3f}.<br>{rec_line}</p>
-{_noise_html(report)}
+{answer_html(report)}
 <script type="application/json" id="tb-summary">{summary}</script>
 {''.join(parts)}
 <h2>Trials</h2>
@@ -191,12 +200,3 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
-
-
-def _noise_html(report: Report) -> str:
-    """The trade-offs (each +- its noise), the noise per objective and the notes, as a list."""
-    conf = confirm_lines(report.confirmation) if report.confirmation is not None else []
-    lines = [*noise_lines(report), *conf, *tradeoff_lines(report), *report.notes]
-    if not lines:
-        return ""
-    return "<ul id='tb-noise'>" + "".join(f"<li>{html.escape(ln.strip())}</li>" for ln in lines) + "</ul>"
