@@ -81,21 +81,25 @@ def _figure(report: Report, data: dict[str, Any]) -> Any:
         r_, c_ = divmod(i, cols)
         r_, c_ = r_ + 1, c_ + 1
         colours = ["#d62728" if r.trial_id in front_ids else "#aec7e8" for r in ok]
+        sa, sb = [report.stat(r, a) for r in ok], [report.stat(r, b) for r in ok]  # mean over runs, +- noise
         fig.add_trace(go.Scatter(
-            x=[r.metrics.value(a) for r in ok], y=[r.metrics.value(b) for r in ok], mode="markers",
+            x=[m for m, _ in sa], y=[m for m, _ in sb], mode="markers",
+            error_x={"type": "data", "array": [c or 0.0 for _, c in sa], "visible": True, "thickness": 1},
+            error_y={"type": "data", "array": [c or 0.0 for _, c in sb], "visible": True, "thickness": 1},
             name="feasible (red: Pareto front)", legendgroup="pairs", showlegend=i == 1,
             marker={"color": colours, "size": 10}, hovertext=[_hover(r, metrics) for r in ok], hoverinfo="text"),
             row=r_, col=c_)
         if rec_id is not None:
             rec = report.recommended
             fig.add_trace(go.Scatter(
-                x=[rec.metrics.value(a)], y=[rec.metrics.value(b)], mode="markers", name="recommended",
+                x=[report.stat(rec, a)[0]], y=[report.stat(rec, b)[0]], mode="markers", name="recommended",
                 legendgroup="rec", showlegend=i == 1,
                 marker={"symbol": "star", "size": 20, "color": "gold", "line": {"color": "black", "width": 1}},
                 hovertext=[_hover(rec, metrics)], hoverinfo="text"), row=r_, col=c_)
         fig.update_xaxes(title_text=axis_label(a), row=r_, col=c_)
         fig.update_yaxes(title_text=axis_label(b), row=r_, col=c_)
-    fig.update_layout(height=380 * rows, autosize=True, legend={"orientation": "h", "y": -0.08})
+    fig.update_layout(height=380 * rows + 60, autosize=True, legend={"orientation": "h", "y": -0.22 / rows},
+                      margin={"b": 90})
     return fig
 
 
@@ -112,8 +116,7 @@ def _parallel(report: Report, data: dict[str, Any]) -> Any:
     ] + [{"label": m, "values": [r.metrics.value(m) for r in ok]} for m in data["metrics"]]
     colour = [1 if r.trial_id in data["front_ids"] else 0 for r in ok]
     fig = go.Figure(go.Parcoords(line={"color": colour, "colorscale": [[0, "#aec7e8"], [1, "#d62728"]]}, dimensions=dims))
-    fig.update_layout(height=400, autosize=True, annotations=[{"text": "red: Pareto front", "showarrow": False,
-                                                              "xref": "paper", "yref": "paper", "x": 0, "y": 1.12}])
+    fig.update_layout(height=400, autosize=True)
     return fig
 
 
@@ -152,7 +155,8 @@ def render_html(report: Report) -> str:
     views = [("tb-seed", "Throughput and memory against batch size", seed_figure(report)),
              ("tb-heat", "Accuracy over batch size and learning rate", heat_figure(report)),
              ("tb-front", "Objectives against each other, and every trial", _figure(report, data)),
-             ("tb-parallel", "Every feasible trial across parameters and objectives", _parallel(report, data)),
+             ("tb-parallel", "Every feasible trial across parameters and objectives (red: Pareto front)",
+              _parallel(report, data)),
              ("tb-curves", "Confirmation at length", _curves(report))]
     parts, first = [], True
     for div, heading, fig in views:
