@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import tiny_config
 from tune_batch.oom import MemoryCapExceeded, cap_bytes, is_oom_error
 
 
@@ -51,3 +52,21 @@ def test_cap_bytes() -> None:
     assert cap_bytes(2**30, None) == 2**30  # a plain byte count
     assert cap_bytes(0.5, 1000) == 500
     assert cap_bytes(0.5, None) is None
+
+
+def test_a_learning_rate_past_a_divergence_is_skipped_at_that_batch_size() -> None:
+    from tune_batch import objectives
+    from tune_batch.policy import Policy
+    from tune_batch.records import Params, Status, TrialResult
+
+    policy = Policy(tiny_config(space={"batch_size": [16, 32, 64]}))
+    policy.observe(TrialResult(7, Params(32, 0.1, 1), Status.DIVERGED, "non-finite loss at step 3"))
+    skip = policy.skip(Params(32, 0.2, 1), 8)
+    assert skip is not None and skip.reason.startswith("diverged: lr 0.2 >= 0.1") and "trial 7" in skip.reason
+    # told to the sampler as the learning-rate boundary, not as memory
+    assert objectives.constraints(skip) == {"memory": 0.0, "space": 0.0, "diverged": 1.0}
+    assert policy.skip(Params(32, 0.05, 1), 9) is None  # below it: run
+    assert policy.skip(Params(64, 0.2, 1), 10) is None  # another batch size may tolerate it
+    off = Policy(tiny_config(resources={"feasibility_model": False}))
+    off.observe(TrialResult(7, Params(32, 0.1, 1), Status.DIVERGED, "non-finite loss"))
+    assert off.skip(Params(32, 0.2, 1), 8) is None

@@ -61,8 +61,9 @@ def constraints(result: TrialResult) -> dict[str, float]:
     otherwise."""
     status, reason = result.status, result.reason or ""
     space_bad = status is Status.SKIPPED and reason.startswith("space:")
-    memory_bad = status is Status.OOM or (status is Status.SKIPPED and not space_bad)
-    return {"memory": float(memory_bad), "space": float(space_bad), "diverged": float(status is Status.DIVERGED)}
+    diverged = status is Status.DIVERGED or (status is Status.SKIPPED and reason.startswith("diverged:"))
+    memory_bad = status is Status.OOM or (status is Status.SKIPPED and not space_bad and not diverged)
+    return {"memory": float(memory_bad), "space": float(space_bad), "diverged": float(diverged)}
 
 
 def is_feasible(result: TrialResult, metrics: Sequence[str]) -> bool:

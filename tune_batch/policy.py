@@ -69,28 +69,57 @@ class FeasibilityModel:
         return None
 
 
+class DivergenceModel:
+    """Learns the learning-rate boundary from diverged trials: at the same batch size and
+    num_gpus, a learning rate at least as large as one whose loss went non-finite is skipped
+    (the reason starts with "diverged:", told to the sampler as the ``diverged`` constraint).
+    Only the same batch size: a larger batch often tolerates a larger learning rate."""
+
+    def __init__(self) -> None:
+        self._lowest: dict[tuple[int, int], tuple[float, object]] = {}  # (batch, gpus) -> (lr, trial id)
+
+    def observe(self, result: TrialResult) -> None:
+        if result.status is Status.DIVERGED and result.info.repeat_of is None:
+            key, lr = (result.params.batch_size, result.params.num_gpus), result.params.lr
+            if key not in self._lowest or lr < self._lowest[key][0]:
+                self._lowest[key] = (lr, result.trial_id)
+
+    def skip_reason(self, params: Params) -> str | None:
+        low = self._lowest.get((params.batch_size, params.num_gpus))
+        if low is not None and params.lr >= low[0]:
+            return (f"diverged: lr {params.lr:.3g} >= {low[0]:.3g}, whose loss went non-finite at batch_size "
+                    f"{params.batch_size} in trial {low[1]}")
+        return None
+
+
 class Policy:
     """The run-or-skip decision of one search: the batch rules of the space, then the memory
-    feasibility model (when ``resources.feasibility_model`` is on), taught by every result."""
+    feasibility model and the divergence model (when ``resources.feasibility_model`` is on),
+    taught by every result."""
 
     def __init__(self, config: Config, seen: Iterable[TrialResult] = ()) -> None:
         self.config = config
         # with train.accumulation "auto" a batch over the cap is trained in micro-batches: none is skipped
         self.feasibility = (FeasibilityModel(cap_bytes(config.resources.device_memory, None))
                             if config.resources.feasibility_model and config.train.accumulation != "auto" else None)
+        self.divergence = DivergenceModel() if config.resources.feasibility_model else None
         for result in seen:
             self.observe(result)
 
     def observe(self, result: TrialResult) -> None:
         if self.feasibility is not None:
             self.feasibility.observe(result)
+        if self.divergence is not None:
+            self.divergence.observe(result)
 
     def skip_reason(self, params: Params) -> str | None:
-        """Why ``params`` are not to be run, or None. Batch-rule reasons start with "space:"."""
+        """Why ``params`` are not to be run, or None. Batch-rule reasons start with "space:",
+        learning rates past a divergence with "diverged:"."""
         bad = space_mod.violation(params, self.config.space)
         if bad:
             return f"space: {bad}"
-        return self.feasibility.skip_reason(params) if self.feasibility is not None else None
+        why = self.feasibility.skip_reason(params) if self.feasibility is not None else None
+        return why or (self.divergence.skip_reason(params) if self.divergence is not None else None)
 
     def skip(self, params: Params, trial_id: int | str | None) -> TrialResult | None:
         """The ``skipped`` record of ``params`` when they are not to be run, else None."""
