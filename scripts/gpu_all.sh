@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU-only check and figure of this project in one pass (about 8 minutes on one H200), for a
+# Every GPU-only check and figure of this project in one pass (about 8 minutes on one H200; gpu_check alone took 181 s there), for a
 # machine with CUDA: scripts/gpu_check.py (NVML, OOM, MFU, a Ray search, interference), the
 # precision benchmark (fp32 / tf32 / bf16 / fp16, ResNet-18 at 64 px), the fidelity benchmark
 # and a short CLI search in bf16. Each part has its own time limit, so one that hangs leaves the
@@ -26,11 +26,11 @@ part() {  # part NAME SECONDS CMD...: runs CMD under a time limit, its output to
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 python3 -c "import torch, ray, optuna; print('torch', torch.__version__, 'ray', ray.__version__, 'optuna', optuna.__version__)"
 
-part gpu_check 170 python3 scripts/gpu_check.py --json-out "$D/gpu_check.json" --out "$R/check_runs"
-part precision 100 python3 scripts/bench_precision.py --batch-sizes 256 1024 --repeats 2 \
+part gpu_check 210 python3 scripts/gpu_check.py --json-out "$D/gpu_check.json" --out "$R/check_runs"
+part precision 95 python3 scripts/bench_precision.py --batch-sizes 256 1024 --repeats 2 \
   --precisions fp32 tf32 bf16 fp16 --lr 0.05 --set model.name=resnet18 --set model.kwargs={} --set data.name=synthetic \
   --set data.resize=64 --set data.synthetic_samples=8192 --set budget.train_samples=8192
-part fidelity 80 python3 scripts/bench_fidelity.py --repeats 3 --pairs 3 --batch-size 256
+part fidelity 75 python3 scripts/bench_fidelity.py --repeats 3 --pairs 3 --batch-size 256
 part search 120 python3 -m tune_batch search configs/quickstart.yaml --set budget.trials=6 \
   --set train.precision=bf16 --output "$R/search"
 echo "== search summary"
