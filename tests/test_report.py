@@ -135,7 +135,7 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert dom.count("<h1>") == 1 and "title_text" not in dom
     seed, heat = panel("tb-seed"), panel("tb-heat")
     assert "main-svg" in seed and "samples/s" in seed and "peak memory (MiB)" in seed
-    assert "batch size (samples per step, all workers)" in seed and "num_gpus 1" in seed
+    assert "batch size (samples/step)" in seed and "num_gpus 1" in seed
     assert "main-svg" in heat and "learning rate (log)" in heat and "val_acc" in heat
     for div in ("tb-seed", "tb-heat", "tb-front"):  # the recommendation is marked in every view
         assert "recommended" in panel(div), div

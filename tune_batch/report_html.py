@@ -183,7 +183,7 @@ def render_html(report: Report) -> str:
 <title>tune_batch report: {html.escape(report.config.name)}</title>
 <style>
 body {{ font-family: sans-serif; max-width: 1024px; margin: 0 auto; padding: 0 1em; }}
-.plot {{ width: 100%; }} .scroll {{ overflow-x: auto; }} p.answer {{ font-size: 1.25em; }}
+.plot {{ width: 100%; overflow-x: auto; }} .scroll {{ overflow-x: auto; }} p.answer {{ font-size: 1.25em; }}
 #tb-answer {{ background: #fffbe6; border: 1px solid #f0e0a0; padding: 0.5em 1em; }}
 table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ border: 1px solid #ddd; padding: 2px 6px; }}
 tr.oom, tr.skipped, tr.failed {{ color: #888; }} tr.front {{ background: #fde0e0; }} tr.recommended {{ background: #fff3b0; font-weight: bold; }}

@@ -57,7 +57,7 @@ def answer_html(report: Report) -> str:
 def _batch_axis(fig: Any, sizes: list[int], **where: Any) -> None:
     ticks = sorted(set(sizes))
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(b) for b in ticks],
-                     title_text="batch size (samples per step, all workers)", **where)
+                     title_text="batch size (samples/step)", **where)
 
 
 def _memory_unit(values: list[float]) -> tuple[float, str]:
@@ -89,17 +89,20 @@ def seed_figure(report: Report) -> Any:
     peaks = [r.metrics.peak_mem_bytes for r in ok if r.metrics.peak_mem_bytes is not None]
     caps = [r.info.memory_cap_bytes for r in report.records if r.info.memory_cap_bytes]
     scale, unit = _memory_unit([*peaks, *caps])
-    for n in sorted({r.params.num_gpus for r in ok}):
-        group = [r for r in ok if r.params.num_gpus == n]
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
+    for i, n in enumerate(sorted({r.params.num_gpus for r in ok})):
+        group, colour = [r for r in ok if r.params.num_gpus == n], palette[i % len(palette)]
         xs, ys, cis = _per_batch(report, group, "samples_per_s")
         fig.add_trace(go.Scatter(x=xs, y=ys, error_y={"type": "data", "array": cis, "visible": True},
-                                 mode="lines+markers", name=f"num_gpus {n}", legendgroup=f"g{n}"), row=1, col=1)
+                                 mode="lines+markers", name=f"num_gpus {n}", legendgroup=f"g{n}",
+                                 line={"color": colour}), row=1, col=1)
         mem = {}
         for r in group:
             if r.metrics.peak_mem_bytes is not None:
                 mem[r.params.batch_size] = max(mem.get(r.params.batch_size, 0.0), r.metrics.peak_mem_bytes)
         fig.add_trace(go.Scatter(x=sorted(mem), y=[mem[b] / scale for b in sorted(mem)], mode="lines+markers",
-                                 name=f"num_gpus {n}", legendgroup=f"g{n}", showlegend=False), row=1, col=2)
+                                 name=f"num_gpus {n}", legendgroup=f"g{n}", showlegend=False,
+                                 line={"color": colour}), row=1, col=2)
     over = [r for r in report.records if r.status in (Status.OOM, Status.SKIPPED) and caps]
     if over:
         fig.add_trace(go.Scatter(x=[r.params.batch_size for r in over], y=[max(caps) / scale] * len(over),
