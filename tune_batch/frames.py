@@ -24,8 +24,7 @@ INFO_COLUMNS = ("seed", "repeat_of", "confirm_of", "precision", "optimizer", "ac
 
 
 def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
-    kind = "repeat" if r.info.repeat_of is not None else "confirm" if r.info.confirm_of is not None else "trial"
-    out: dict[str, Any] = {"trial_id": str(r.trial_id), "kind": kind, "status": r.status.value, "reason": r.reason,
+    out: dict[str, Any] = {"trial_id": str(r.trial_id), "kind": r.kind, "status": r.status.value, "reason": r.reason,
                            "batch_size": r.params.batch_size, "lr": r.params.lr, "num_gpus": r.params.num_gpus}
     out.update({f"param_{k}": v for k, v in r.params.extra.items()})
     metrics = {f.name: getattr(r.metrics, f.name) for f in fields(r.metrics) if f.name != "other"}

@@ -220,6 +220,11 @@ class TrialResult:
         return self.info.repeat_of is None and self.info.confirm_of is None
 
     @property
+    def kind(self) -> str:
+        """``trial`` (searched), ``repeat`` (another seed) or ``confirm`` (a confirmation run)."""
+        return "repeat" if self.info.repeat_of is not None else "confirm" if self.info.confirm_of is not None else "trial"
+
+    @property
     def feasible(self) -> bool:
         """``ok``: the only status whose figures can be on a front."""
         return self.status is Status.OK

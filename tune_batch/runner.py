@@ -260,13 +260,13 @@ def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress:
     fails costs one warning line: the run directory already holds everything."""
     if "mlflow" not in config.search.log_to or not records_exist(run_dir):
         return
-    from tune_batch.tracking import default_uri, log_to_mlflow
+    from tune_batch.tracking import log_to_mlflow
 
-    uri = config.search.tracking_uri or default_uri(run_dir.path)
     try:
-        run_id, new = log_to_mlflow(report, run_dir.path, config.search.tracking_uri)
+        uri, run_id, new = log_to_mlflow(report, run_dir.path, config.search.tracking_uri)
     except Exception as e:  # the tracker's server, store or package: never the search's results
-        progress.say(f"warning: mlflow: could not log to {uri}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        where = config.search.tracking_uri or "the run directory's mlflow.db"
+        progress.say(f"warning: mlflow: could not log to {where}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
         return
     progress.say(f"mlflow: {new} record(s) sent to {uri} (experiment {config.name!r}, run {run_id}); "
                  f"to browse: mlflow ui --backend-store-uri {uri}")

@@ -52,16 +52,21 @@ def annotate(trial: optuna.Trial | Any, result: TrialResult) -> None:
     trial.set_user_attr("metrics", result.metrics.to_dict())
 
 
+def _worse(floor: list[float] | None, values: list[float], maximize: list[bool]) -> list[float]:
+    """Per objective, the worse of ``floor`` (None: none yet) and ``values``."""
+    if floor is None:
+        return list(values)
+    return [min(f, v) if up else max(f, v) for f, v, up in zip(floor, values, maximize)]
+
+
 def feasible_floor(study: optuna.Study) -> list[float] | None:
     """The worst value each objective reached among the study's feasible finished trials, or
     None when there is none yet."""
+    maximize = [d == optuna.study.StudyDirection.MAXIMIZE for d in study.directions]
     worst: list[float] | None = None
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if t.values is None or any(c > 0 for c in t.constraints.values()):
-            continue
-        worst = list(t.values) if worst is None else [
-            min(w, v) if d == optuna.study.StudyDirection.MAXIMIZE else max(w, v)
-            for w, v, d in zip(worst, t.values, study.directions)]
+        if t.values is not None and not any(c > 0 for c in t.constraints.values()):
+            worst = _worse(worst, t.values, maximize)
     return worst
 
 
@@ -154,9 +159,7 @@ def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
         else:
             values = answer(config, r, floor)
             if values is not None and r.status is Status.OK:
-                floor = values if floor is None else [
-                    min(w, v) if objectives.is_maximize(d) else max(w, v)
-                    for w, v, d in zip(floor, values, config.directions)]
+                floor = _worse(floor, values, [objectives.is_maximize(d) for d in config.directions])
             p = r.params
             study.add_trial(optuna.trial.create_trial(
                 state=optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL,

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from tune_batch.errors import ConfigError
-from tune_batch.records import TrialResult
 
 TRACKERS = ("mlflow",)
 _RUN_DIR_TAG = "tune_batch.run_dir"
@@ -44,18 +43,14 @@ def check_trackers(names: list[str]) -> None:
                                   "(or pip install 'tune-batch[mlflow]')") from None
 
 
-def _kind(r: TrialResult) -> str:
-    return "repeat" if r.info.repeat_of is not None else "confirm" if r.info.confirm_of is not None else "trial"
-
-
 def _numeric(d: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in d.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
 
 
-def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[str, int]:
+def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[str, str, int]:
     """Send the report's records to MLflow at ``uri`` (default: the run directory's SQLite
-    store). Returns (the search's MLflow run id, records newly sent)."""
+    store). Returns (the tracking URI used, the search's MLflow run id, records newly sent)."""
     import logging
 
     from mlflow import MlflowClient
@@ -63,7 +58,8 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
     run_dir = Path(run_dir).resolve()
-    client = MlflowClient(uri or default_uri(run_dir))
+    used = uri or default_uri(run_dir)
+    client = MlflowClient(used)
     name = report.config.name
     exp = client.get_experiment_by_name(name)
     exp_id = exp.experiment_id if exp else client.create_experiment(
@@ -81,8 +77,8 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
         if str(r.trial_id) in sent:
             continue
         tags = {"mlflow.parentRunId": pid, _RUN_DIR_TAG: str(run_dir), "tune_batch.trial_id": str(r.trial_id),
-                "status": r.status.value, "kind": _kind(r), "reason": (r.reason or "")[:4000]}
-        child = client.create_run(exp_id, run_name=f"{_kind(r)} {r.trial_id}", tags=tags)
+                "status": r.status.value, "kind": r.kind, "reason": (r.reason or "")[:4000]}
+        child = client.create_run(exp_id, run_name=f"{r.kind} {r.trial_id}", tags=tags)
         params = [Param(k, str(v)) for k, v in r.params.to_dict().items()]
         metrics = [Metric(k, v, now, 0) for k, v in _numeric(r.metrics.to_dict()).items()]
         client.log_batch(child.info.run_id, metrics=metrics, params=params)
@@ -104,4 +100,4 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
         if (run_dir / f).exists():
             client.log_artifact(pid, str(run_dir / f))
     client.set_terminated(pid, "FINISHED")
-    return pid, new
+    return used, pid, new
