@@ -56,12 +56,22 @@ def test_resource_plan_without_gpus() -> None:
     assert gpus.gpu_choices == [1, 2, 4] and gpus.request(1) == {"CPU": 4.0, "GPU": 1.0} and gpus.concurrent == 4
 
 
-def _free_port() -> int:
+# ports `ray start` takes by default on every node whatever it is told (dashboard, dashboard agent's
+# HTTP and gRPC listeners, Ray Client, worker range): a port picked for the test must not be one of them
+_RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365, 52366, 8076, 8077}
+
+
+def _free_port(taken: tuple[int, ...] = ()) -> int:
+    """A port free now that none of Ray's fixed defaults or the worker range (10002-19999) will claim
+    (a CI run failed when the OS handed out 52365, the dashboard agent's HTTP port, for Ray Client)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _RAY_DEFAULT_PORTS and not 10000 <= port <= 20000 and port not in taken:
+            return port
 
 
 def _stop_cluster(root: str, cwd: Path) -> None:
@@ -90,7 +100,8 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
     import yaml
 
     root = tempfile.mkdtemp(prefix="tbr-", dir="/tmp")  # short: socket paths have a length limit
-    gcs, client = _free_port(), _free_port()
+    gcs = _free_port()
+    client = _free_port(taken=(gcs,))
     # RAY_AUTH_MODE disabled: nothing written to ~/.ray. Ray 2.60's `ray start` cannot keep a
     # multi-node cluster on loopback (README): its nodes advertise this machine's address.
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
