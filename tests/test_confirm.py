@@ -161,4 +161,34 @@ def test_every_ok_trial_has_a_noise_scale_and_goodput() -> None:
     assert m.grad_noise_scale is not None and m.grad_noise_scale > 0, r.info.gns_note
     eff = r.info.statistical_efficiency
     assert 0 < eff <= 1 and m.goodput == pytest.approx(m.samples_per_s * eff)
-    assert r.info.gns_batches == 4 and r.info.gns_small_batch == 16
+    # four batches, more (up to 16) while the signal is not clear of the noise
+    assert 4 <= r.info.gns_batches <= 16 and r.info.gns_small_batch == 16
+    assert r.info.gns_lower_bound in (None, True)
+
+
+def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower_bound() -> None:
+    import torch
+    from torch import nn
+
+    from tune_batch.trial.gns import noise_scale
+
+    # per-sample gradient y ~ N(0, 1): no signal (|G|^2 = 0), tr(Sigma) = 1, B_simple infinite
+    class Product(nn.Module):
+        def forward(self, out, y):
+            return (out.squeeze(1) * y).mean()
+
+    g = torch.Generator().manual_seed(1)
+
+    def batches():
+        while True:
+            yield torch.ones(64, 1), torch.randn(64, generator=g)
+
+    model = nn.Linear(1, 1, bias=False)
+    est = noise_scale(model, batches(), lambda batch: Product()(model(batch[0]), batch[1]), 4)
+    assert est.batches == 16 and est.lower_bound  # went on to 4 x 4 batches, never clear
+    assert est.b_simple is not None and 0 < est.b_simple < float("inf")
+    assert est.trace_sigma == pytest.approx(1.0, rel=0.5)
+    # with a clear signal it stops at the batches asked for
+    clear = noise_scale(model, iter([(torch.ones(64, 1), 5.0 + 0.1 * torch.randn(64, generator=g))] * 8),
+                        lambda batch: Product()(model(batch[0]), batch[1]), 4)
+    assert clear.batches == 4 and not clear.lower_bound

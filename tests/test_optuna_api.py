@@ -151,3 +151,47 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     p = subprocess.run(cmd + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert len(jsonl.read_text().splitlines()) == 5
+
+
+def test_a_skipped_proposal_uses_no_trial_of_the_budget() -> None:
+    """The in-process search loop (backends.optuna.optimize): after batch 64 ran out of memory,
+    proposals of 64 are skipped, told to Optuna as infeasible and recorded (free_skip), and the
+    sampler is asked again: the budget of 3 trials is 3 trials that ran."""
+    from tune_batch.backends.optuna import optimize
+    from tune_batch.policy import FREE_SKIPS_IN_A_ROW
+    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult, budget_used
+
+    cfg = tiny_config(space={"batch_size": [16, 64]})
+    ran = []
+
+    def runner(config, params, *, trial_id, extra, run_dir):  # a lookup: 64 does not fit, 16 does
+        ran.append(params.batch_size)
+        if params.batch_size == 64:
+            return TrialResult(trial_id, params, Status.OOM, "CUDA out of memory (looked up)")
+        return TrialResult(trial_id, params, Status.OK, metrics=Metrics(samples_per_s=100.0, device_util=0.5,
+                                                                         val_acc=0.5, peak_mem_bytes=1),
+                           info=TrialInfo(train_s=1.0))
+
+    study = optuna.create_study(directions=cfg.directions, sampler=optuna.samplers.RandomSampler(seed=0))
+    for b in (64, 64, 64, 16):
+        study.enqueue_trial({"batch_size": b, "lr": 0.01, "num_gpus": 1})
+    objective = tune_batch.optuna.Objective(cfg, runner=runner, free_skips=True)
+    optimize(study, objective, 3)
+    recs = objective.records
+    assert [r.status for r in recs[:4]] == [Status.OOM, Status.SKIPPED, Status.SKIPPED, Status.OK]
+    assert [bool(r.info.free_skip) for r in recs[:4]] == [False, True, True, False]
+    assert budget_used(recs) == 3 and len(ran) == 3  # three trials ran; the skips cost none
+    frozen = study.get_trials()
+    assert len(frozen) == len(recs) and all(t.state.name == "COMPLETE" for t in frozen)
+    assert frozen[1].user_attrs["status"] == "skipped" and frozen[1].system_attrs["constraints"][0] > 0
+
+    # every proposal infeasible: after FREE_SKIPS_IN_A_ROW in a row, skips use the budget (it ends)
+    study = optuna.create_study(directions=cfg.directions, sampler=optuna.samplers.RandomSampler(seed=0))
+    study.enqueue_trial({"batch_size": 16, "lr": 0.01, "num_gpus": 1})
+    everything_oom = tiny_config(space={"batch_size": [16, 64]})
+    objective = tune_batch.optuna.Objective(
+        everything_oom, free_skips=True,
+        runner=lambda config, params, **kw: TrialResult(kw["trial_id"], params, Status.OOM, "looked up"))
+    optimize(study, objective, 4)
+    frees = sum(bool(r.info.free_skip) for r in objective.records)
+    assert frees == FREE_SKIPS_IN_A_ROW and budget_used(objective.records) == 4

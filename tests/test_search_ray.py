@@ -49,8 +49,12 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkey
 
     lines = (run / "trials.jsonl").read_text().splitlines()
     recs = [json.loads(x) for x in lines]
-    assert len(recs) == 4
-    assert sorted(r["trial_id"] for r in recs) == [0, 1, 2, 3]
+    # four trials of the budget; a proposal skipped after the OOM is recorded and told, but the
+    # sampler is asked again (free_skip) rather than a trial used up
+    counted = [r for r in recs if not r["info"].get("free_skip")]
+    assert len(counted) == 4
+    assert sorted(r["trial_id"] for r in recs) == list(range(len(recs)))
+    assert all(r["status"] == "skipped" for r in recs if r["info"].get("free_skip"))
     statuses = {r["status"] for r in recs}
     # batch 64 > limit 32 runs out of memory; once it has, the feasibility model skips it
     assert {"ok", "oom"} <= statuses <= {"ok", "oom", "skipped"}, statuses
@@ -67,7 +71,7 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkey
 
     study = _study(run, "t")
     trials = study.get_trials(deepcopy=False)
-    assert len(trials) == 4
+    assert len(trials) == len(recs)
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
     by_number = {t.number: t for t in trials}
     for r in recs:
@@ -81,10 +85,12 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkey
 
     pareto = json.loads((run / "pareto.json").read_text())
     front_ids = {t["trial_id"] for t in pareto["trials"]}
-    assert front_ids == {t.number for t in study.best_trials}
+    # the report's front is the noise-aware one (a trial beaten beyond noise in one objective and
+    # better beyond noise in none is off it), so it may be smaller than Optuna's strict best_trials
     assert front_ids and all(by_number[i].user_attrs["status"] == "ok" for i in front_ids)
+    assert {t.number for t in study.best_trials} <= {n for n, t in by_number.items() if t.user_attrs["status"] == "ok"}
     assert {r.trial_id for r in result.front} == front_ids
-    assert len((run / "results.csv").read_text().splitlines()) == 5
+    assert len((run / "results.csv").read_text().splitlines()) == len(recs) + 1
     assert (run / "ray").is_dir()  # Tune's files are under the run directory
     assert list(home.iterdir()) == []  # no ~/.ray/auth_token, no ~/ray_results
     assert Path("/tmp/ray").exists() == had_tmp_ray  # Ray's temp dir was a private /tmp/tb-* one

@@ -92,6 +92,11 @@ class DivergenceModel:
         return None
 
 
+#: Skipped proposals in a row that the sampler is asked again for without using up a trial of
+#: ``budget.trials`` (a skip costs no compute); past it, skips count (every choice may be infeasible).
+FREE_SKIPS_IN_A_ROW = 20
+
+
 class Policy:
     """The run-or-skip decision of one search: the batch rules of the space, then the memory
     feasibility model and the divergence model (when ``resources.feasibility_model`` is on),
@@ -103,6 +108,7 @@ class Policy:
         self.feasibility = (FeasibilityModel(cap_bytes(config.resources.device_memory, None))
                             if config.resources.feasibility_model and config.train.accumulation != "auto" else None)
         self.divergence = DivergenceModel() if config.resources.feasibility_model else None
+        self._skips_in_a_row = 0
         for result in seen:
             self.observe(result)
 
@@ -121,10 +127,19 @@ class Policy:
         why = self.feasibility.skip_reason(params) if self.feasibility is not None else None
         return why or (self.divergence.skip_reason(params) if self.divergence is not None else None)
 
-    def skip(self, params: Params, trial_id: int | str | None) -> TrialResult | None:
-        """The ``skipped`` record of ``params`` when they are not to be run, else None."""
+    def skip(self, params: Params, trial_id: int | str | None, *, free: bool = False) -> TrialResult | None:
+        """The ``skipped`` record of ``params`` when they are not to be run, else None. ``free``:
+        the caller asks the sampler again after a skip, so the record is marked ``free_skip`` (it
+        uses no trial of the budget) unless FREE_SKIPS_IN_A_ROW skips came in a row already."""
         reason = self.skip_reason(params)
-        return skipped(params, trial_id, reason) if reason else None
+        if not reason:
+            self._skips_in_a_row = 0
+            return None
+        rec = skipped(params, trial_id, reason)
+        if free and self._skips_in_a_row < FREE_SKIPS_IN_A_ROW:
+            self._skips_in_a_row += 1
+            rec = rec.replace(info=rec.info.with_(free_skip=True))
+        return rec
 
 
 def skipped(params: Params, trial_id: int | str | None, reason: str) -> TrialResult:

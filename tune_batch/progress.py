@@ -62,7 +62,7 @@ class Progress:
         self._done_here += 1
         if self.quiet:
             return
-        done = len({r.trial_id for r in self.records})
+        done = len({r.trial_id for r in self.records if not r.info.free_skip})  # free skips use no budget
         counts = {s: sum(1 for r in self.records if r.status is s) for s in Status if s is not Status.OK}
         size = len(front([r for r in self.records if r.info.confirm_of is None], self.config.metric_names,
                          self.config.directions))
@@ -74,7 +74,7 @@ class Progress:
             shown = ", ".join(f"{k} {v:.3g}" for k in self.config.metric_names if (v := rec.metrics.value(k)) is not None)
             what += f" -> {shown}"
         elif rec.reason:
-            what += f" ({rec.reason[:80]})"
+            what += f" ({'not counted: ' if rec.info.free_skip else ''}{rec.reason[:80]})"
         tail = (f"running {self.running} | " + " ".join(f"{s.value} {n}" for s, n in counts.items())
                 + f" | front {size} | {_clock(elapsed)} elapsed, ~{_clock(left)} left")
         self.say(f"[{done}/{self.total}] {what} | {tail}")

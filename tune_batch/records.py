@@ -13,6 +13,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -133,6 +134,7 @@ class TrialInfo(_Flat):
     seed: int | None = None  # data order and initialisation (search.seed, or a repeat's own)
     repeat_of: int | str | None = None  # a repeat (another seed) of this trial's config
     confirm_of: int | str | None = None  # a confirmation run (longer budget) of this trial's config
+    free_skip: bool | None = None  # a skipped proposal the sampler was asked again for: not part of budget.trials
     curve: list[list[float]] | None = None  # confirmation: [samples, train seconds, val_acc, loss] per validation
     chance_acc: float | None = None  # the majority-class share of the validation set
     # the training loop
@@ -194,6 +196,7 @@ class TrialInfo(_Flat):
     gns_trace_sigma: float | None = None
     gns_s: float | None = None
     gns_cost_frac: float | None = None  # its seconds / the trial's training seconds (outside the window)
+    gns_lower_bound: bool | None = None  # grad_noise_scale is a 95 % lower bound (signal not clear of noise)
     # verdict
     bottleneck: str | None = None
     suggestion: str | None = None
@@ -218,6 +221,12 @@ class TrialResult:
     def searched(self) -> bool:
         """A trial of the search itself (not a repeat with another seed, not a confirmation run)."""
         return self.info.repeat_of is None and self.info.confirm_of is None
+
+    @property
+    def counted(self) -> bool:
+        """A searched trial that uses up ``budget.trials``: every one but a proposal the policy
+        skipped and the sampler was asked again for (``info.free_skip``: no compute, no trial)."""
+        return self.searched and not self.info.free_skip
 
     @property
     def kind(self) -> str:
@@ -258,3 +267,8 @@ class TrialResult:
         return cls(rec.get("trial_id"), params, status, rec.get("reason"), Metrics.from_dict(metrics),
                    float(rec.get("duration_s") or 0.0), TrialInfo.from_dict(info), rec.get("traceback"),
                    rec.get("ray_trial_id"))
+
+
+def budget_used(records: Iterable[TrialResult]) -> int:
+    """How many of ``budget.trials`` the records use: searched trials, free skips left out."""
+    return sum(1 for r in records if r.counted)

@@ -28,7 +28,7 @@ from tune_batch.pareto import Prefer
 from tune_batch.policy import Policy
 from tune_batch.progress import Progress
 from tune_batch.quiet import environment_restored, quiet_libraries
-from tune_batch.records import TrialResult
+from tune_batch.records import TrialResult, budget_used
 from tune_batch.repeats import RepeatJob
 from tune_batch.repeats import jobs as repeat_jobs
 from tune_batch.report import Report, build_report, latest_per_trial, render_summary
@@ -136,7 +136,7 @@ def _repeats_of(config: Config, records: list[TrialResult]) -> list[RepeatJob]:
     itself is unfinished (stopped by a signal)."""
     # chosen from the searched trials alone, so that a resumed search picks the same candidates
     searched = [r for r in latest_per_trial(records) if r.searched]
-    if len(searched) < config.budget.trials:
+    if budget_used(searched) < config.budget.trials:
         return []
     return repeat_jobs(config, build_report(config, searched), {r.trial_id for r in records})
 
@@ -147,7 +147,7 @@ def _confirms_of(config: Config, records: list[TrialResult]) -> list[ConfirmJob]
     if config.train.evaluate is not None:  # time to target is read on the built-in val_acc
         return []
     searched = [r for r in latest_per_trial(records) if r.searched]
-    if len(searched) < config.budget.trials or _repeats_of(config, records):
+    if budget_used(searched) < config.budget.trials or _repeats_of(config, records):
         return []
     base = build_report(config, [r for r in records if r.info.confirm_of is None])
     return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records})
@@ -181,7 +181,7 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         progress.say(f"warning: the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
                      f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
         fresh = False
-    budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - len(done))})
+    budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - budget_used(done))})
     run_config = config.model_copy(update={"budget": budget})
     policy = Policy(config, done)
     plan_repeats = partial(_plan_repeats, config, run_dir)
@@ -290,11 +290,11 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
         progress.say("confirmation: off: it reads time to a val_acc target from the built-in evaluation, and "
                      "train.evaluate replaces it")
     if resumed:
-        progress.say(f"continuing {run_dir.path}: {len(done)} trial(s) already finished, "
-                     f"{max(0, config.budget.trials - len(done))} to run")
+        progress.say(f"continuing {run_dir.path}: {budget_used(done)} trial(s) already finished, "
+                     f"{max(0, config.budget.trials - budget_used(done))} to run")
     stopped = False
     received["signal"] = None
-    if config.budget.trials > len(done) or _stages_pending(config, run_dir):
+    if config.budget.trials > budget_used(done) or _stages_pending(config, run_dir):
         try:
             _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
                          study_name=study_name, verbose=verbose)
@@ -307,12 +307,13 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     _send_to_trackers(config, report, run_dir, progress)
     # fewer searched records than the budget: the search was stopped (every trial that ends,
     # however it ends, is recorded), whichever backend caught the signal
-    interrupted = stopped or len(report.records) < config.budget.trials or _stages_pending(config, run_dir)
+    used = budget_used(report.records)
+    interrupted = stopped or used < config.budget.trials or _stages_pending(config, run_dir)
     if not quiet:
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
               flush=True)
     if interrupted:
-        raise SearchInterrupted(len(report.records), config.budget.trials, str(run_dir.path),
+        raise SearchInterrupted(used, config.budget.trials, str(run_dir.path),
                                 received["signal"] or signal.SIGINT)
     return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

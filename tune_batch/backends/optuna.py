@@ -18,9 +18,9 @@ from tune_batch import study as seam
 from tune_batch.config import Config, SpaceConfig
 from tune_batch.confirm import ConfirmJob
 from tune_batch.objectives import utilization_warning
-from tune_batch.policy import Policy
+from tune_batch.policy import FREE_SKIPS_IN_A_ROW, Policy
 from tune_batch.progress import Progress
-from tune_batch.records import Params, Status, TrialResult
+from tune_batch.records import Params, Status, TrialResult, budget_used
 from tune_batch.repeats import RepeatJob, seeded
 from tune_batch.results import RunDir
 from tune_batch.samplers import make_sampler
@@ -63,8 +63,9 @@ class Objective:
 
     def __init__(self, config: Config, extra_space: Callable[[optuna.Trial], dict[str, Any]] | None = None, *,
                  run_dir: RunDir | None = None, progress: Progress | None = None, policy: Policy | None = None,
-                 runner: TrialRunner = _run_trial) -> None:
+                 runner: TrialRunner = _run_trial, free_skips: bool = False) -> None:
         self.config = config
+        self.free_skips = free_skips  # skipped proposals marked free_skip (see optimize)
         self.extra_space = extra_space
         self.run_dir = run_dir
         self.progress = progress
@@ -82,7 +83,7 @@ class Objective:
         params = Params.of({**searched, **extra})
         if self.progress:
             self.progress.started()
-        result = self.policy.skip(params, trial.number) or self.runner(
+        result = self.policy.skip(params, trial.number, free=self.free_skips) or self.runner(
             self.config, params, trial_id=trial.number, extra=extra or None,
             run_dir=self.run_dir.path if self.run_dir else None)
         self.policy.observe(result)
@@ -94,6 +95,21 @@ class Objective:
             self.progress.finished(result)
         floor = None if result.status is Status.OK else seam.feasible_floor(trial.study)
         return seam.answer(self.config, result, floor)  # None: Optuna records a FAIL
+
+
+def optimize(study: optuna.Study, objective: Objective, trials: int, callbacks: Sequence[Callable[..., None]] = (),
+             gc_after_trial: bool = False) -> None:
+    """Run ``objective`` (built with ``free_skips=True``) on ``study`` until ``trials`` trials of
+    the budget are used: a proposal the policy skips is told to Optuna and recorded, then the
+    sampler is asked again without using up a trial (up to FREE_SKIPS_IN_A_ROW in a row)."""
+
+    def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if budget_used(objective.records) >= trials:
+            study.stop()
+
+    if trials > 0:
+        study.optimize(objective, n_trials=trials * (FREE_SKIPS_IN_A_ROW + 1), gc_after_trial=gc_after_trial,
+                       callbacks=[*callbacks, enough])
 
 
 def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | ConfirmJob], progress: Progress) -> None:
@@ -135,14 +151,14 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
         warning = utilization_warning(config, torch.cuda.device_count())
         if warning:
             progress.say(f"warning: {warning}")
-        objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy)
+        objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy, free_skips=True)
 
         def stop_if_signalled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
             if received["signal"] is not None:
                 study.stop()  # after the running trial, which is recorded
 
         with graceful():
-            study.optimize(objective, n_trials=config.budget.trials, gc_after_trial=True, callbacks=[stop_if_signalled])
+            optimize(study, objective, config.budget.trials, [stop_if_signalled], gc_after_trial=True)
     # the stages after the search, each planned from the records the one before it left
     stages: list[tuple[Callable[[], Sequence[RepeatJob | ConfirmJob]] | None, Callable[[int], None]]] = [
         (plan_repeats, progress.repeating), (plan_confirm, progress.confirming)]

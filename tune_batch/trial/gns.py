@@ -21,13 +21,16 @@ from typing import Any
 import torch
 from torch import nn
 
+from tune_batch.noise import mean_ci
 from tune_batch.trial.loop import batch_len, split_batch, take
 
 
 @dataclass(frozen=True)
 class NoiseScale:
-    """B_simple (None when the gradient's signal is not above its noise in these batches), the
-    two averaged estimates it is made of, and what it cost."""
+    """B_simple, the two averaged estimates it is made of, and what it cost. ``lower_bound``:
+    the gradient's signal was not above its noise even after the extra batches, and b_simple is
+    tr(Sigma) over the upper 95 % bound of |G|^2, the smallest noise scale these batches allow
+    (None when even that bound is not positive)."""
 
     b_simple: float | None
     grad_sq: float  # |G|^2 estimate
@@ -35,6 +38,7 @@ class NoiseScale:
     batches: int
     small_batch: int
     seconds: float
+    lower_bound: bool = False
 
 
 def _grads(params: list[nn.Parameter]) -> list[torch.Tensor]:
@@ -55,9 +59,19 @@ def _halves(params: list[nn.Parameter], g1: list[torch.Tensor]) -> tuple[float, 
     return float(dot), float(diff)
 
 
+def _signal_clear(grad_sq: list[float]) -> bool:
+    """Whether the mean |G|^2 estimate is above zero by more than its 95 % half-width."""
+    if len(grad_sq) < 2:
+        return False
+    mean, ci = mean_ci(grad_sq)
+    return ci is not None and mean > ci
+
+
 def noise_scale(model: nn.Module, batches: Iterator[Any], loss_of: Callable[[Any], torch.Tensor],
-                n_batches: int) -> NoiseScale | None:
-    """Estimate B_simple on ``n_batches`` batches (None with fewer than 2 samples per batch).
+                n_batches: int, max_batches: int | None = None) -> NoiseScale | None:
+    """Estimate B_simple on ``n_batches`` batches (None with fewer than 2 samples per batch),
+    and on more, up to ``max_batches`` (default 4 x n_batches), while the gradient's signal is
+    not clearly above its noise (late in training, or at a small batch, it often is not).
 
     Per batch, the mean gradients of its two halves (batch b each), g1 and g2, give
     |G|^2 ~ g1 . g2 and tr(Sigma) ~ b |g1 - g2|^2 / 2: the estimates from batch sizes b and 2b
@@ -65,10 +79,12 @@ def noise_scale(model: nn.Module, batches: Iterator[Any], loss_of: Callable[[Any
     params = [p for p in model.parameters() if p.requires_grad]
     if not params or n_batches <= 0:
         return None
+    limit = max(n_batches, max_batches if max_batches is not None else 4 * n_batches)
     t0 = time.perf_counter()
-    grad_sq, trace = [], []
+    grad_sq: list[float] = []
+    trace: list[float] = []
     b = 0
-    for _ in range(n_batches):
+    while len(grad_sq) < n_batches or (len(grad_sq) < limit and not _signal_clear(grad_sq)):
         batch = next(batches)
         b = batch_len(batch) // 2
         if b < 1:
@@ -84,8 +100,14 @@ def noise_scale(model: nn.Module, batches: Iterator[Any], loss_of: Callable[[Any
         del g1
     model.zero_grad(set_to_none=True)
     g2m, s = statistics.fmean(grad_sq), statistics.fmean(trace)
-    b_simple = s / g2m if g2m > 0 and s > 0 else None
-    return NoiseScale(b_simple, g2m, s, n_batches, b, time.perf_counter() - t0)
+    if s <= 0:
+        return NoiseScale(None, g2m, s, len(grad_sq), b, time.perf_counter() - t0)
+    if _signal_clear(grad_sq):
+        return NoiseScale(s / g2m, g2m, s, len(grad_sq), b, time.perf_counter() - t0)
+    ci = mean_ci(grad_sq)[1] or 0.0
+    upper = g2m + ci  # |G|^2 is at most this (95 %): B_simple is at least s / upper
+    return NoiseScale(s / upper if upper > 0 else None, g2m, s, len(grad_sq), b, time.perf_counter() - t0,
+                      lower_bound=True)
 
 
 def efficiency(b_noise: float | None, batch: int, base: int) -> float | None:

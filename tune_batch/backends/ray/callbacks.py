@@ -96,6 +96,11 @@ class Records(tune.Callback):
             return
         self.progress.finished(rec)
 
+    def free_skip(self, rec: TrialResult) -> None:
+        """A proposal the searcher skipped without starting a trial (no budget used)."""
+        self.progress.started()
+        self._write(rec)
+
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self.progress.started()
 

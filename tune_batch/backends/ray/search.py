@@ -54,20 +54,21 @@ def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], 
 
 def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any, study_name: str, progress: Progress,
             policy: Policy, verbose: bool, fresh: bool, sampler_seed: int) -> None:
+    records = Records(run_dir, progress)
     searcher = ConstrainedOptunaSearch(
         partial(define_by_run, space=config.space, gpu_choices=plan.gpu_choices),
         points_to_evaluate=seed_points(config, plan.gpu_choices) if fresh else None,
         metric=config.metric_names,
         mode=["max" if is_maximize(d) else "min" for d in config.directions],
         sampler=make_sampler(config.search.sampler, sampler_seed, config.budget.trials),
-        storage=storage, study_name=study_name, config=config, policy=policy,
+        storage=storage, study_name=study_name, config=config, policy=policy, on_skip=records.free_skip,
     )
     trainable = tune.with_resources(
         tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()), plan=plan,
                              callables=registered()),
         plan.for_trial,
     )
-    callbacks: list[tune.Callback] = [Records(run_dir, progress)]
+    callbacks: list[tune.Callback] = [records]
     if any(n > 1 for n in plan.gpu_choices):
         callbacks.append(GroupSweeper())
     tune_config = tune.TuneConfig(search_alg=searcher, num_samples=config.budget.trials,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ray.tune.search.optuna import OptunaSearch
@@ -22,9 +23,11 @@ class ConstrainedOptunaSearch(OptunaSearch):
     of the pinned Ray minor version; tests exercise it.
     """
 
-    def __init__(self, *args: Any, config: Config, policy: Policy, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, config: Config, policy: Policy,
+                 on_skip: Callable[[TrialResult], None] | None = None, **kwargs: Any) -> None:
         self.tb_config = config
         self.policy = policy
+        self.on_skip = on_skip  # where a free skip's record goes (the run directory, progress)
         super().__init__(*args, **kwargs)
 
     def _setup_study(self, mode: Any) -> None:
@@ -32,12 +35,24 @@ class ConstrainedOptunaSearch(OptunaSearch):
         seam.name_study(self._ot_study, self.tb_config)  # names on the study from its first trial
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        spec = super().suggest(trial_id)
-        if spec is not None:
-            reason = self.policy.skip_reason(Params.of({k: v for k, v in spec.items() if k != "trial_number"}))
-            if reason:
-                spec["skip_reason"] = reason
-        return spec
+        """A proposal to run. One the policy skips is told to Optuna and recorded here, and the
+        sampler asked again, so it uses no trial of ``budget.trials`` (Policy.skip's ``free``);
+        past FREE_SKIPS_IN_A_ROW skips in a row it goes to a trial that records it as before."""
+        while True:
+            spec = super().suggest(trial_id)
+            if spec is None:
+                return None
+            params = Params.of({k: v for k, v in spec.items() if k != "trial_number"})
+            rec = self.policy.skip(params, spec.get("trial_number"), free=self.on_skip is not None)
+            if rec is None:
+                return spec
+            if not rec.info.free_skip:
+                spec["skip_reason"] = rec.reason
+                return spec
+            ot_trial = self._ot_trials.pop(trial_id)
+            self.policy.observe(rec)
+            seam.tell(self._ot_study, ot_trial, self.tb_config, rec)
+            self.on_skip(rec)  # type: ignore[misc]
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         ot_trial = self._ot_trials.get(trial_id)
