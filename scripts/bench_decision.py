@@ -104,7 +104,15 @@ def _search(config_path: Path, seed: int, out: Path):
     t = time.time()
     res = search(cfg, out, quiet=True)
     spent = sum(r.duration_s for r in _records(out))
-    return res, spent, time.time() - t
+    return res, spent, time.time() - t, _predicted_vs_measured(out)
+
+
+def _predicted_vs_measured(out: Path) -> list[float]:
+    """The confirmed candidates' predicted / measured time to target (the gradient noise scale's
+    prediction, leave one out) from the run's pareto.json."""
+    conf = json.loads((out / "pareto.json").read_text()).get("confirmation") or {}
+    checked = (conf.get("prediction") or {}).get("confirmed") or []
+    return [x["ratio"] for x in checked if x.get("ratio")]
 
 
 def _raw_keys(path: Path) -> set[str]:
@@ -137,10 +145,11 @@ def one_table(path: Path, seeds: list[int], fraction: float) -> dict:
     rows = []
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="tb-decision-") as tmp:
-            res, spent, wall = _search(REPO / table["config_path"], seed, Path(tmp) / "run")
+            res, spent, wall, ratios = _search(REPO / table["config_path"], seed, Path(tmp) / "run")
         rec = res.recommended
         if rec is None:
-            rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_cost})
+            rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_cost,
+                         "pred": ratios})
             print(f"seed {seed}: no recommendation ({wall:.0f} s)")
             continue
         params = {"batch_size": rec.params.batch_size, "lr": rec.params.lr, "num_gpus": 1}
@@ -152,10 +161,11 @@ def one_table(path: Path, seeds: list[int], fraction: float) -> dict:
         base = statistics.median([b1, b2])
         regret = r1 / base if math.isfinite(r1) else math.inf
         rows.append({"seed": seed, "batch_size": rec.params.batch_size, "lr": rec.params.lr, "regret": regret,
-                     "compute": spent / grid_cost, "how": res.report.method})
+                     "compute": spent / grid_cost, "how": res.report.method, "pred": ratios})
         print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
               f"({res.report.method.split(':')[0]}); time to target {r1:.2f} s vs grid best {b1:.2f} / {b2:.2f} s: "
-              f"regret {regret:.2f}; search {spent:.0f} trial-s = {spent / grid_cost:.2f} of the grid ({wall:.0f} s wall)",
+              f"regret {regret:.2f}; search {spent:.0f} trial-s = {spent / grid_cost:.2f} of the grid ({wall:.0f} s wall); "
+              f"predicted/measured time to target of the confirmed: {', '.join(f'{x:.2f}' for x in ratios) or 'none'}",
               flush=True)
     return {"name": path.name, "rows": rows}
 
@@ -213,11 +223,16 @@ def main() -> None:
     regrets = [r["regret"] for res in results for r in res["rows"]]
     agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
     compute = [r["compute"] for res in results for r in res["rows"]]
+    preds = [x for res in results for r in res["rows"] for x in r["pred"]]
+    within = sum(1 for x in preds if 1 / 1.5 <= x <= 1.5)
+    print(f"time to target predicted from the gradient noise scale / measured, every confirmed candidate: "
+          f"{within} of {len(preds)} within 1.5x (median {statistics.median(preds) if preds else float('nan'):.2f}, "
+          f"range {min(preds, default=float('nan')):.2f}-{max(preds, default=float('nan')):.2f})")
     print("\nregret per workload and seed: " + "; ".join(
         f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
     print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
           f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead={overhead:.4f} "
-          f"gns_trial_cost={cost:.4f}")
+          f"gns_trial_cost={cost:.4f} gns_pred_within_1_5x={within / len(preds) if preds else float('nan'):.2f}")
 
 
 if __name__ == "__main__":

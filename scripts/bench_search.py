@@ -3,15 +3,16 @@
 --measure   trains every point of a config's grid for real (every batch size x a log grid of
             learning rates, num_gpus 1), --repeats times interleaved, and stores the median record
             of each point with the machine in --table. Minutes on the 2-core machine: a script,
-            not a test. Two grids are committed: benchmarks/quickstart_grid.json (the quickstart)
-            and benchmarks/synthetic_grid.json (a held-out workload, benchmarks/synthetic_grid.yaml).
+            not a test. Four grids are committed under benchmarks/ (<name>_grid.json, each with
+            its config <name>_grid.yaml but the quickstart's, configs/quickstart.yaml).
 (default)   replays searches against the tables: a trial's result is looked up, not trained,
             through tune_batch's own Objective (policy, feasibility model, Optuna seam). Samplers:
             grid (Optuna's GridSampler: the grid in random order), random, tpe, nsga2, gp, and tpe
             seeded with the batch-size ladder exactly as a search ships it (tpe+ladder); the
             feasibility model on; at 10 %, 25 % and 50 % of the grid, over --seeds seeds; on every
             table under no cap and caps putting about 20 %, 40 % and 60 % of its batch sizes out of
-            memory. Continuous learning rates are snapped to the nearest grid value (in log space).
+            memory; a proposal the feasibility model skips uses no trial, as in a search (free_skip).
+            Continuous learning rates are snapped to the nearest grid value (in log space).
             A point whose measured peak exceeds the cap is an `oom` trial costing its set-up time
             (duration_s - timed_s); a skipped trial costs nothing. The objectives scored are those
             of configs/quickstart.yaml as shipped (--objectives).
@@ -28,8 +29,9 @@ hv_frac pooled
              part of the grid, so neither score exceeds 1.
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
-both scores are printed. benchmarks/mlp_grid.json (an MLP on digits) is a third grid, held out:
---tables with it scores a default chosen on the other two.
+both scores are printed. Four grids: quickstart, synthetic (small CNNs, SGD), mlp (an MLP on
+digits), and adam (a small CNN with Adam), the last measured only after the default was chosen
+on the other three, as a held-out check.
 
 Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
@@ -343,8 +345,8 @@ def main() -> None:
     ap.add_argument("--lrs", type=int, default=6, help="learning rates in the log grid (--measure)")
     ap.add_argument("--repeats", type=int, default=3, help="measurements of each grid point (--measure); median kept")
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / "quickstart_grid.json"),
-                                                     str(REPO / "benchmarks" / "synthetic_grid.json")],
+    ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / f"{g}_grid.json")
+                                                     for g in ("quickstart", "synthetic", "mlp", "adam")],
                     help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
     ap.add_argument("--objectives", default="samples_per_s,val_acc",
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")
