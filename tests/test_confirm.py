@@ -124,27 +124,30 @@ def test_a_search_that_learns_nothing_says_so(tmp_path: Path, capsys: pytest.Cap
     assert not (tmp_path / "run" / "best.yaml").exists()
 
 
-def test_gradient_noise_scale_recovers_a_known_one() -> None:
+def _product_estimate(mean: float, sd: float, n_batches: int, seed: int, fixed: bool = False):
+    """The noise scale estimated on one weight with inputs 1 and loss mean(out * y): the
+    per-sample gradient is y, so |G|^2 = E[y]^2 and tr(Sigma) = Var(y). ``fixed``: the same
+    batch every time (no scatter between batches)."""
     import torch
     from torch import nn
 
-    from tune_batch.trial.gns import efficiency, noise_scale
+    from tune_batch.trial.gns import noise_scale
 
-    # one weight, inputs 1, loss mean(out * y): the per-sample gradient is y, so |G|^2 = E[y]^2
-    # and tr(Sigma) = Var(y); with y ~ N(1, 3^2), B_simple = 9
-    class Product(nn.Module):
-        def forward(self, out, y):
-            return (out.squeeze(1) * y).mean()
-
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
+    first = (torch.ones(64, 1), mean + sd * torch.randn(64, generator=g))
 
     def batches():
         while True:
-            yield torch.ones(64, 1), 1.0 + 3.0 * torch.randn(64, generator=g)
+            yield first if fixed else (torch.ones(64, 1), mean + sd * torch.randn(64, generator=g))
 
     model = nn.Linear(1, 1, bias=False)
-    loss = Product()
-    est = noise_scale(model, batches(), lambda batch: loss(model(batch[0]), batch[1]), 2000)
+    return noise_scale(model, batches(), lambda batch: (model(batch[0]).squeeze(1) * batch[1]).mean(), n_batches)
+
+
+def test_gradient_noise_scale_recovers_a_known_one() -> None:
+    from tune_batch.trial.gns import efficiency
+
+    est = _product_estimate(1.0, 3.0, 2000, seed=0)  # y ~ N(1, 3^2): B_simple = 9
     assert est.small_batch == 32 and est.batches == 2000
     assert est.b_simple == pytest.approx(9.0, rel=0.15)
     assert est.grad_sq == pytest.approx(1.0, rel=0.2) and est.trace_sigma == pytest.approx(9.0, rel=0.1)
@@ -167,28 +170,9 @@ def test_every_ok_trial_has_a_noise_scale_and_goodput() -> None:
 
 
 def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower_bound() -> None:
-    import torch
-    from torch import nn
-
-    from tune_batch.trial.gns import noise_scale
-
-    # per-sample gradient y ~ N(0, 1): no signal (|G|^2 = 0), tr(Sigma) = 1, B_simple infinite
-    class Product(nn.Module):
-        def forward(self, out, y):
-            return (out.squeeze(1) * y).mean()
-
-    g = torch.Generator().manual_seed(1)
-
-    def batches():
-        while True:
-            yield torch.ones(64, 1), torch.randn(64, generator=g)
-
-    model = nn.Linear(1, 1, bias=False)
-    est = noise_scale(model, batches(), lambda batch: Product()(model(batch[0]), batch[1]), 4)
+    est = _product_estimate(0.0, 1.0, 4, seed=1)  # no signal: |G|^2 = 0, tr(Sigma) = 1, B_simple infinite
     assert est.batches == 16 and est.lower_bound  # went on to 4 x 4 batches, never clear
     assert est.b_simple is not None and 0 < est.b_simple < float("inf")
     assert est.trace_sigma == pytest.approx(1.0, rel=0.5)
-    # with a clear signal it stops at the batches asked for
-    clear = noise_scale(model, iter([(torch.ones(64, 1), 5.0 + 0.1 * torch.randn(64, generator=g))] * 8),
-                        lambda batch: Product()(model(batch[0]), batch[1]), 4)
+    clear = _product_estimate(5.0, 0.1, 4, seed=1, fixed=True)  # a clear signal: it stops at the 4 asked for
     assert clear.batches == 4 and not clear.lower_bound
