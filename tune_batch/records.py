@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from collections.abc import Iterable
 from typing import Any
 
 
