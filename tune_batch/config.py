@@ -171,7 +171,8 @@ def _default_objectives() -> list[ObjectiveConfig]:
 
 class BudgetConfig(_Section):
     trials: int = Field(12, ge=1)
-    """Trials in the whole search (a resumed search counts those already run)."""
+    """Trials in the whole search (a resumed search counts those already run). A proposal the
+    policy skips (no compute) is recorded but uses no trial: the sampler is asked again."""
     train_samples: int = Field(4096, ge=1)
     """Training samples every trial sees, warm-up included: trials are compared at equal data."""
     warmup_steps: int = Field(3, ge=0)
