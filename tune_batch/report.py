@@ -272,6 +272,9 @@ def render_summary(report: Report) -> str:
     c = report.counts
     total = sum(c.values())
     parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}" for s in Status if c.get(s.value)]
+    free = sum(1 for r in report.records if r.info.free_skip)
+    if free:  # proposals the policy ruled out: recorded and told to the sampler, no trial of the budget
+        parts[-1] += f" ({free} of them used no trial of budget.trials)"
     hv = f", hypervolume {report.hypervolume:.3f}" if report.front and report.hypervolume == report.hypervolume else ""
     lines = [", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}"]
     lines += [f"warning: {w}" for w in report.warnings]
