@@ -162,12 +162,11 @@ def pooled_hypervolume(rp: Replay, records: list, metrics: list[str], directions
     """Hypervolume of the feasible ``records`` with each one's samples/s replaced by its batch
     size's pooled median: the score of what a search found, at the best estimate of the truth
     (a search still sees, and decides on, the single noisy reading of each point)."""
-    from tune_batch.pareto import feasible, hypervolume, normalise
+    from tune_batch.pareto import front_hypervolume
 
-    ok = feasible(records, metrics)
-    values = [[rp.sps_pooled.get(r.params.batch_size, r.metrics.value(m)) if m == "samples_per_s"
-               else r.metrics.value(m) for m in metrics] for r in ok]
-    return hypervolume(normalise(values, directions, bounds)) if values else 0.0
+    pooled = [r.replace(metrics=r.metrics.with_(samples_per_s=rp.sps_pooled[r.params.batch_size]))
+              if r.feasible and r.params.batch_size in rp.sps_pooled else r for r in records]
+    return front_hypervolume(pooled, metrics, directions, bounds)
 
 
 def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasibility: bool,

@@ -209,7 +209,7 @@ def _trace_flag(res: TrialResult) -> list[str]:
     """A warning when the trace holds another number of profiled steps than this trial recorded
     (e.g. an earlier probe's traces in the same directory)."""
     info = res.info
-    wanted = info.get("profile_active_steps")
+    wanted = info.profile_active_steps
     found = _trace_steps(info.trace_dir) if info.trace_dir else None
     if found is None:
         return [f"  warning           no readable trace in {info.trace_dir}: the profiled steps are not shown there"]

@@ -289,12 +289,13 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     if config.train.evaluate is not None and config.confirm.candidates > 0:
         progress.say("confirmation: off: it reads time to a val_acc target from the built-in evaluation, and "
                      "train.evaluate replaces it")
+    used_before = budget_used(done)
     if resumed:
-        progress.say(f"continuing {run_dir.path}: {budget_used(done)} trial(s) already finished, "
-                     f"{max(0, config.budget.trials - budget_used(done))} to run")
+        progress.say(f"continuing {run_dir.path}: {used_before} trial(s) already finished, "
+                     f"{max(0, config.budget.trials - used_before)} to run")
     stopped = False
     received["signal"] = None
-    if config.budget.trials > budget_used(done) or _stages_pending(config, run_dir):
+    if config.budget.trials > used_before or _stages_pending(config, run_dir):
         try:
             _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
                          study_name=study_name, verbose=verbose)

@@ -68,10 +68,10 @@ def _signal_clear(grad_sq: list[float]) -> bool:
 
 
 def noise_scale(model: nn.Module, batches: Iterator[Any], loss_of: Callable[[Any], torch.Tensor],
-                n_batches: int, max_batches: int | None = None) -> NoiseScale | None:
+                n_batches: int) -> NoiseScale | None:
     """Estimate B_simple on ``n_batches`` batches (None with fewer than 2 samples per batch),
-    and on more, up to ``max_batches`` (default 4 x n_batches), while the gradient's signal is
-    not clearly above its noise (late in training, or at a small batch, it often is not).
+    and on more, up to 4 x n_batches, while the gradient's signal is not clearly above its
+    noise (late in training, or at a small batch, it often is not).
 
     Per batch, the mean gradients of its two halves (batch b each), g1 and g2, give
     |G|^2 ~ g1 . g2 and tr(Sigma) ~ b |g1 - g2|^2 / 2: the estimates from batch sizes b and 2b
@@ -79,7 +79,7 @@ def noise_scale(model: nn.Module, batches: Iterator[Any], loss_of: Callable[[Any
     params = [p for p in model.parameters() if p.requires_grad]
     if not params or n_batches <= 0:
         return None
-    limit = max(n_batches, max_batches if max_batches is not None else 4 * n_batches)
+    limit = 4 * n_batches
     t0 = time.perf_counter()
     grad_sq: list[float] = []
     trace: list[float] = []
@@ -100,14 +100,13 @@ def noise_scale(model: nn.Module, batches: Iterator[Any], loss_of: Callable[[Any
         del g1
     model.zero_grad(set_to_none=True)
     g2m, s = statistics.fmean(grad_sq), statistics.fmean(trace)
+    done = (len(grad_sq), b, time.perf_counter() - t0)
     if s <= 0:
-        return NoiseScale(None, g2m, s, len(grad_sq), b, time.perf_counter() - t0)
+        return NoiseScale(None, g2m, s, *done)
     if _signal_clear(grad_sq):
-        return NoiseScale(s / g2m, g2m, s, len(grad_sq), b, time.perf_counter() - t0)
-    ci = mean_ci(grad_sq)[1] or 0.0
-    upper = g2m + ci  # |G|^2 is at most this (95 %): B_simple is at least s / upper
-    return NoiseScale(s / upper if upper > 0 else None, g2m, s, len(grad_sq), b, time.perf_counter() - t0,
-                      lower_bound=True)
+        return NoiseScale(s / g2m, g2m, s, *done)
+    upper = g2m + (mean_ci(grad_sq)[1] or 0.0)  # |G|^2 is at most this (95 %): B_simple at least s / upper
+    return NoiseScale(s / upper if upper > 0 else None, g2m, s, *done, lower_bound=True)
 
 
 def efficiency(b_noise: float | None, batch: int, base: int) -> float | None:

@@ -144,12 +144,10 @@ def _gns(config: Config, params: Params, est: NoiseScale | None,
     info = {"gns_batches": est.batches, "gns_small_batch": est.small_batch, "gns_grad_sq": est.grad_sq,
             "gns_trace_sigma": est.trace_sigma, "gns_s": est.seconds,
             "gns_cost_frac": est.seconds / train_s if train_s > 0 else None}
-    if est.b_simple is not None and est.lower_bound:
-        return est.b_simple, efficiency(est.b_simple, params.batch_size, base), {
-            **info, "gns_lower_bound": True,
-            "gns_note": f"gradient signal not clearly above its noise in {est.batches} batches: grad_noise_scale is "
-                        "its 95 % lower bound (the efficiency a conservative one)"}
     if est.b_simple is not None:
+        if est.lower_bound:
+            info.update(gns_lower_bound=True, gns_note=f"gradient signal not clearly above its noise in {est.batches} "
+                        "batches: grad_noise_scale is its 95 % lower bound (the efficiency a conservative one)")
         return est.b_simple, efficiency(est.b_simple, params.batch_size, base), info
     if est.grad_sq <= 0:
         return None, 1.0, {**info, "gns_note": "gradient signal not above its noise in these batches: B_noise "
