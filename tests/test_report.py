@@ -146,3 +146,19 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         subprocess.run([CHROMIUM, *flags, f"--window-size={size}", f"--screenshot={shot}", page.as_uri()],
                        capture_output=True, timeout=120)
         assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_summary_says_which_skips_used_no_trial() -> None:
+    from tune_batch.records import Metrics, Params, Status, TrialInfo
+    from tune_batch.report import render_summary
+
+    cfg = tiny_config()
+    p = Params.of({"batch_size": 16, "lr": 0.01, "num_gpus": 1})
+    ok = TrialResult(0, p, Status.OK, metrics=Metrics(samples_per_s=10.0, device_util=0.5, val_acc=0.5))
+    free = TrialResult(1, p, Status.SKIPPED, "memory: ...", info=TrialInfo(free_skip=True))
+    counted = TrialResult(2, p, Status.SKIPPED, "memory: ...")
+    failed = TrialResult(3, p, Status.FAILED, "boom")
+    first = render_summary(build_report(cfg, [ok, free, counted, failed])).splitlines()[0]
+    # the note belongs to the skipped count, whatever status comes after it
+    assert first.startswith("4 trials, ok 1, skipped 2 (1 of them used no trial of budget.trials), failed 1;"), first
+    assert "used no trial" not in render_summary(build_report(cfg, [ok, counted])).splitlines()[0]

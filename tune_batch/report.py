@@ -271,10 +271,10 @@ def noise_lines(report: Report) -> list[str]:
 def render_summary(report: Report) -> str:
     c = report.counts
     total = sum(c.values())
-    parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}" for s in Status if c.get(s.value)]
+    # skips the sampler was asked again after: recorded and told to Optuna, no trial of the budget
     free = sum(1 for r in report.records if r.info.free_skip)
-    if free:  # proposals the policy ruled out: recorded and told to the sampler, no trial of the budget
-        parts[-1] += f" ({free} of them used no trial of budget.trials)"
+    note = {Status.SKIPPED: f" ({free} of them used no trial of budget.trials)"} if free else {}
+    parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}{note.get(s, '')}" for s in Status if c.get(s.value)]
     hv = f", hypervolume {report.hypervolume:.3f}" if report.front and report.hypervolume == report.hypervolume else ""
     lines = [", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}"]
     lines += [f"warning: {w}" for w in report.warnings]
