@@ -131,7 +131,7 @@ def _records(run: Path):
     return [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()]
 
 
-def one_table(path: Path, seeds: list[int], fraction: float) -> dict:
+def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None) -> dict:
     from tune_batch.config import config_from_dict
 
     table = json.loads(path.read_text())
@@ -149,7 +149,8 @@ def one_table(path: Path, seeds: list[int], fraction: float) -> dict:
     rows = []
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="tb-decision-") as tmp:
-            res, spent, wall, ratios = _search(REPO / table["config_path"], seed, Path(tmp) / "run")
+            out = keep / f"{path.stem}-seed{seed}" if keep is not None else Path(tmp) / "run"
+            res, spent, wall, ratios = _search(REPO / table["config_path"], seed, out)
         rec = res.recommended
         if rec is None:
             rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_cost,
@@ -209,6 +210,7 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=[str(t) for t in TABLES])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--target-fraction", type=float, default=0.95)
+    ap.add_argument("--keep", type=Path, default=None, help="keep each search's output under this folder")
     ap.add_argument("--gns-pairs", type=int, default=5, help="side-by-side trial pairs for the GNS overhead")
     args = ap.parse_args()
     if args.measure:
@@ -223,7 +225,7 @@ def main() -> None:
     print(f"gradient noise scale: step time {overhead:+.3f} (+- {spread:.3f}, half range over {args.gns_pairs} pairs) "
           f"with it on; it runs after validation, outside the timed window, and took {cost:.3f} of a trial's "
           f"training seconds (median)")
-    results = [one_table(Path(t), args.seeds, args.target_fraction) for t in args.tables]
+    results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep) for t in args.tables]
     regrets = [r["regret"] for res in results for r in res["rows"]]
     agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
     compute = [r["compute"] for res in results for r in res["rows"]]

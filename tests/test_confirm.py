@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.confirm import first_reach, kendall_tau
+from tune_batch.confirm import first_reach, kendall_tau, search_noise_scale
 from tune_batch.decision import decide
 from tune_batch.pareto import parse_prefer
 from tune_batch.records import Status, TrialResult
@@ -70,6 +70,31 @@ def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
     none = decide(tiny_config(objectives=OBJ, confirm={"target": 0.99}), short + runs)
     assert none.recommended is None and all(c.time_to_target_s is None for c in none.confirmation.candidates)
     assert "never reached it" in render_summary(none)
+
+
+def test_the_prediction_pools_the_searchs_noise_scale() -> None:
+    """tr(Sigma) and |G|^2 are averaged over the search's trials before their ratio (one trial's
+    ratio is noisy and biased); E_min comes from the other confirmed candidates."""
+    g = {"gns_trace_sigma": 64.0}
+    short = [_rec(0, 1000, 0.95, b=64, gns_grad_sq=0.5, **g), _rec(1, 500, 0.95, b=16, gns_grad_sq=1.5, **g),
+             _rec(2, 500, 0.90, b=32, gns_grad_sq=-1.0, **g)]  # a negative |G|^2 estimate is pooled too
+    failed = TrialResult.from_record({"trial_id": 3, "params": {"batch_size": 16, "lr": 0.1, "num_gpus": 1},
+                                      "status": "diverged", "metrics": {}, "info": {"gns_grad_sq": 99.0, **g}})
+    assert search_noise_scale([*short, failed]) == (pytest.approx(64.0 / (1.0 / 3)), 3)
+    assert search_noise_scale(short[2:]) == (None, 1)  # mean |G|^2 not above 0: no noise scale
+    assert search_noise_scale([]) == (None, 0)
+    # B_noise 192: batch 64 needs (1 + 64/192) / (1 + 16/192) = 16/13 the samples of batch 16
+    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.5, 0.97], samples=1600, step_s=1.6)),
+            _rec("1c0", 500, 0.97, b=16, confirm_of=1, curve=_curve([0.5, 0.97], samples=1300, step_s=2.6))]
+    report = decide(tiny_config(objectives=OBJ), [*short, failed, *runs])
+    pred = report.confirmation.to_dict(report.front)["prediction"]
+    assert pred["grad_noise_scale"] == pytest.approx(192.0) and pred["grad_noise_scale_trials"] == 3
+    by = {x["trial_id"]: x for x in pred["confirmed"]}
+    # trial 0 from trial 1's E_min = 2600 / (13/12) = 2400: 2400 x 4/3 samples at 1000/s
+    assert by[0]["predicted_s"] == pytest.approx(3.2) and by[0]["ratio"] == pytest.approx(1.0)
+    assert by[1]["predicted_s"] == pytest.approx(3200 * 0.75 * 13 / 12 / 500)
+    assert pred["within_1_5x"] == "2 of 2"
+    assert "B_noise 192 over 3 trials" in render_summary(report)
 
 
 def test_nothing_learned_is_said_and_not_recommended() -> None:

@@ -127,6 +127,8 @@ class Confirmation:
     candidates: list[Candidate]
     agreement: float | None  # Kendall's tau between short and long ranks
     failed: list[TrialResult] = field(default_factory=list)
+    noise_scale: float | None = None  # the search's B_noise (search_noise_scale), for the prediction
+    noise_scale_trials: int = 0
 
     @property
     def best(self) -> Candidate | None:
@@ -142,9 +144,11 @@ class Confirmation:
                                 for r in self.failed]}
 
 
-def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[TrialResult]) -> Confirmation | None:
+def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[TrialResult],
+            searched: Sequence[TrialResult] = ()) -> Confirmation | None:
     """The confirmation of ``candidates`` (in short-budget rank order) from their ``runs``;
-    None when no run finished."""
+    None when no run finished. ``searched``: the search's trials, whose noise scales the
+    prediction pools."""
     by: dict[Any, list[TrialResult]] = {}
     failed = []
     for r in runs:
@@ -181,22 +185,34 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
     tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
     length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
-    return Confirmation(target, how, length, out, tau, failed)
+    return Confirmation(target, how, length, out, tau, failed, *search_noise_scale(searched))
 
 
-def _e_min(c: Candidate) -> float | None:
+def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, int]:
+    """(B_noise of the search, trials it pools): the mean tr(Sigma) over the mean |G|^2 of every
+    finished trial that estimated them. One short trial's estimate is noisy within a factor of
+    10 (repeats of one config read 35 and 650); the two quantities are smoothed over the search
+    before the ratio, as McCandlish et al. advise (the ratio of noisy estimates is biased)."""
+    got = [(r.info.gns_trace_sigma, r.info.gns_grad_sq) for r in records
+           if r.status is Status.OK and r.info.gns_trace_sigma is not None and r.info.gns_grad_sq is not None]
+    if not got:
+        return None, 0
+    g2 = statistics.fmean(g for _, g in got)
+    return (statistics.fmean(s for s, _ in got) / g2 if g2 > 0 else None), len(got)
+
+
+def _e_min(c: Candidate, b_noise: float | None) -> float | None:
     """The fewest samples to the target implied by a confirmed candidate (McCandlish et al.:
-    samples = E_min x (1 + B / B_noise)), from its time to target and its trial's B_noise."""
-    b_noise = c.trial.metrics.grad_noise_scale
+    samples = E_min x (1 + B / B_noise)), from its samples to target and the search's B_noise."""
     if c.samples_to_target is None or not b_noise:
         return None
     return c.samples_to_target / (1.0 + c.trial.params.batch_size / b_noise)
 
 
-def predict_time(trial: TrialResult, e_min: float) -> float | None:
+def predict_time(trial: TrialResult, e_min: float, b_noise: float | None) -> float | None:
     """Predicted training seconds to the target of a config: E_min x (1 + B / B_noise) samples
     at its measured samples/s."""
-    b_noise, sps = trial.metrics.grad_noise_scale, trial.metrics.samples_per_s
+    sps = trial.metrics.samples_per_s
     if not b_noise or not sps:
         return None
     return e_min * (1.0 + trial.params.batch_size / b_noise) / sps
@@ -206,22 +222,25 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
     """Time to target predicted from the gradient noise scale: for each confirmed candidate from
     the other candidates (leave one out: predicted against measured), and for ``others`` (e.g.
     the unconfirmed front) from all of them."""
-    e = {c.trial.trial_id: _e_min(c) for c in conf.candidates}
+    b_noise = conf.noise_scale
+    e = {c.trial.trial_id: _e_min(c, b_noise) for c in conf.candidates}
     checked = []
     for c in conf.candidates:
         rest = [v for k, v in e.items() if k != c.trial.trial_id and v is not None]
-        pred = predict_time(c.trial, statistics.median(rest)) if rest else None
+        pred = predict_time(c.trial, statistics.median(rest), b_noise) if rest else None
         checked.append({"trial_id": c.trial.trial_id, "predicted_s": pred, "measured_s": c.time_to_target_s,
                         "ratio": pred / c.time_to_target_s if pred and c.time_to_target_s else None})
     every = [v for v in e.values() if v is not None]
     confirmed = {c.trial.trial_id for c in conf.candidates}
-    unconfirmed = {str(t.trial_id): predict_time(t, statistics.median(every)) for t in others
+    unconfirmed = {str(t.trial_id): predict_time(t, statistics.median(every), b_noise) for t in others
                    if t.trial_id not in confirmed} if every else {}
     ratios = [x["ratio"] for x in checked if x["ratio"] is not None]
-    return {"confirmed": checked, "unconfirmed": unconfirmed,
+    return {"confirmed": checked, "unconfirmed": unconfirmed, "grad_noise_scale": b_noise,
+            "grad_noise_scale_trials": conf.noise_scale_trials,
             "within_1_5x": f"{sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)} of {len(ratios)}",
-            "model": "samples to target = E_min x (1 + batch_size / grad_noise_scale); E_min from the other "
-                     "confirmed candidates (median); time = samples / the trial's samples_per_s"}
+            "model": "samples to target = E_min x (1 + batch_size / B_noise); B_noise = mean tr(Sigma) / mean |G|^2 "
+                     "over the search's trials; E_min from the other confirmed candidates (median); "
+                     "time = samples / the trial's samples_per_s"}
 
 
 def lines(conf: Confirmation) -> list[str]:
@@ -253,8 +272,9 @@ def lines(conf: Confirmation) -> list[str]:
     shown = [f"trial {x['trial_id']} {x['predicted_s']:.2f} s vs {x['measured_s']:.2f} s"
              for x in pred["confirmed"] if x["ratio"] is not None]
     if shown:
-        out.append(f"  time to target predicted from the gradient noise scale (leave one out) vs measured: "
-                   f"{'; '.join(shown)} ({pred['within_1_5x']} within 1.5x)")
+        out.append(f"  time to target predicted from the search's gradient noise scale (B_noise "
+                   f"{pred['grad_noise_scale']:.0f} over {pred['grad_noise_scale_trials']} trials; leave one out) "
+                   f"vs measured: {'; '.join(shown)} ({pred['within_1_5x']} within 1.5x)")
     for r in conf.failed:
         out.append(f"  confirmation run {r.trial_id} ended {r.status.value}: {r.reason}")
     return out

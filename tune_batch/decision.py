@@ -40,7 +40,8 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     """The report, its recommendation from the confirmation runs when there are any (and the
     preference is not another objective)."""
     base_prefer = None if prefer == TIME_TO_TARGET else prefer
-    report = build_report(config, [r for r in records if r.info.confirm_of is None], warnings, prefer=base_prefer)
+    searched = [r for r in records if r.info.confirm_of is None]
+    report = build_report(config, searched, warnings, prefer=base_prefer)
     runs = [r for r in latest_per_trial(records) if r.info.confirm_of is not None]
     if not runs:
         return report
@@ -48,7 +49,7 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     # another confirm.candidates still shows what was confirmed)
     order = confirm_candidates(report, len(report.points))
     order += [p.trial for p in report.points.values() if p.trial not in order]
-    conf = confirm(config, order, runs)
+    conf = confirm(config, order, runs, latest_per_trial(searched))
     report = dataclasses.replace(report, confirmation=conf, confirm_runs=runs)
     if conf is None or base_prefer is not None:
         return report
