@@ -11,12 +11,15 @@ against the best config of a fully trained grid, in time to a target accuracy.
 (default)   for each table and each --seeds seed: runs the default search of that workload as
             it ships (sampler, repeats and confirmation defaults; search.seed = seed) into a temp
             dir, then trains its recommendation in full, side by side with the grid's best config
-            (the two interleaved, so machine drift hits both), and reads both times to the target.
+            (the two interleaved, so machine drift hits both), --runs times each with fresh
+            seeds (not the grid's seed 0: the grid best is the argmin of one seed-0 run per
+            config, and re-running that same seed would keep its luck), and reads the times to
+            the target.
 
 target      --target-fraction x the best val_acc any grid point reached (fixed per workload,
             before any search runs)
-regret      time_to_target(recommended) / time_to_target(grid best), both from the side-by-side
-            pair (inf when the recommendation never reaches the target)
+regret      median time_to_target(recommended) / median time_to_target(grid best) over the
+            side-by-side runs (inf when the recommendation reaches the target in at most half)
 agree       share of seeds whose recommendation has the modal batch size
 compute     the search's trial-seconds (all its records: trials, repeats, confirmation runs,
             validations included) / the grid's training seconds (validations left out, so that
@@ -134,7 +137,11 @@ def _records(run: Path):
     return [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()]
 
 
-def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None) -> dict:
+def _times(xs: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in xs)
+
+
+def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None, runs: int = 3) -> dict:
     from tune_batch.config import config_from_dict
 
     table = json.loads(path.read_text())
@@ -162,16 +169,19 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
             continue
         params = {"batch_size": rec.params.batch_size, "lr": rec.params.lr, "num_gpus": 1}
         best = {"batch_size": best_point[0], "lr": best_point[1], "num_gpus": 1}
-        # side by side: the grid's best, then the recommendation, then the grid's best again
-        b1 = ttt(full_run(cfg, best)["info"].get("curve"), target)
-        r1 = ttt(full_run(cfg, params)["info"].get("curve"), target)
-        b2 = ttt(full_run(cfg, best)["info"].get("curve"), target)
-        base = statistics.median([b1, b2])
+        # side by side, interleaved: the grid's best and the recommendation, each --runs times,
+        # run k of both with the same fresh seed (data order and initialisation)
+        b_times, r_times = [], []
+        for k in range(runs):
+            run_seed = 1000 * seed + k + 1
+            b_times.append(ttt(full_run(cfg, best, run_seed)["info"].get("curve"), target))
+            r_times.append(ttt(full_run(cfg, params, run_seed)["info"].get("curve"), target))
+        base, r1 = statistics.median(b_times), statistics.median(r_times)
         regret = r1 / base if math.isfinite(r1) else math.inf
         rows.append({"seed": seed, "batch_size": rec.params.batch_size, "lr": rec.params.lr, "regret": regret,
                      "compute": spent / grid_cost, "how": res.report.method, "pred": ratios})
         print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
-              f"({res.report.method.split(':')[0]}); time to target {r1:.2f} s vs grid best {b1:.2f} / {b2:.2f} s: "
+              f"({res.report.method.split(':')[0]}); time to target {_times(r_times)} s vs grid best {_times(b_times)} s: "
               f"regret {regret:.2f}; search {spent:.0f} trial-s = {spent / grid_cost:.2f} of the grid ({wall:.0f} s wall); "
               f"predicted/measured time to target of the confirmed: {', '.join(f'{x:.2f}' for x in ratios) or 'none'}",
               flush=True)
@@ -213,6 +223,7 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=[str(t) for t in TABLES])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--target-fraction", type=float, default=0.95)
+    ap.add_argument("--runs", type=int, default=3, help="full runs of the recommendation and of the grid best, each")
     ap.add_argument("--keep", type=Path, default=None, help="keep each search's output under this folder")
     ap.add_argument("--gns-pairs", type=int, default=5, help="side-by-side trial pairs for the GNS overhead")
     args = ap.parse_args()
@@ -228,7 +239,7 @@ def main() -> None:
     print(f"gradient noise scale: step time {overhead:+.3f} (+- {spread:.3f}, half range over {args.gns_pairs} pairs) "
           f"with it on; it runs after validation, outside the timed window, and took {cost:.3f} of a trial's "
           f"training seconds (median)")
-    results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep) for t in args.tables]
+    results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep, args.runs) for t in args.tables]
     regrets = [r["regret"] for res in results for r in res["rows"]]
     agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
     compute = [r["compute"] for res in results for r in res["rows"]]
