@@ -129,7 +129,7 @@ def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int, code: int) -> None:
-    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 5, "train_samples": 2048})
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 5, "train_samples": 1024})
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     out = tmp_path / "out"
@@ -148,6 +148,8 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     assert 2 <= n < 5
     assert f"interrupted after {n} of 5 trials" in stderr and "Traceback" not in stderr
     assert "Pareto front" in stdout and (out / "pareto.json").exists()  # what finished is reported
+    if sig != signal.SIGTERM:
+        return  # the resume is the same after either signal (and after SIGKILL, tested above): once keeps the suite short
     p = subprocess.run(cmd + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert len(jsonl.read_text().splitlines()) == 5
