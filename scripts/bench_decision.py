@@ -152,7 +152,6 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
     times = {(r["params"]["batch_size"], r["params"]["lr"]): ttt(r["info"]["curve"], target) for r in ok}
     best_point = min(times, key=times.get)
     grid_s = sum(r["info"].get("train_s") or r["duration_s"] for r in table["records"])
-    grid_cost = grid_s
     print(f"\n{path.name}: {len(table['records'])} grid points trained for {table['length']} samples "
           f"({grid_s:.0f} s of training); target val_acc {target:.3f} ({fraction:g} x best {best_acc:.3f}); "
           f"grid best: batch_size {best_point[0]} lr {best_point[1]:.3g} at {times[best_point]:.2f} s")
@@ -163,7 +162,7 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
             res, spent, wall, ratios = _search(REPO / table["config_path"], seed, out)
         rec = res.recommended
         if rec is None:
-            rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_cost,
+            rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_s,
                          "pred": ratios})
             print(f"seed {seed}: no recommendation ({wall:.0f} s)")
             continue
@@ -179,10 +178,10 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
         base, r1 = statistics.median(b_times), statistics.median(r_times)
         regret = r1 / base if math.isfinite(r1) else math.inf
         rows.append({"seed": seed, "batch_size": rec.params.batch_size, "lr": rec.params.lr, "regret": regret,
-                     "compute": spent / grid_cost, "how": res.report.method, "pred": ratios})
+                     "compute": spent / grid_s, "how": res.report.method, "pred": ratios})
         print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
               f"({res.report.method.split(':')[0]}); time to target {_times(r_times)} s vs grid best {_times(b_times)} s: "
-              f"regret {regret:.2f}; search {spent:.0f} trial-s = {spent / grid_cost:.2f} of the grid ({wall:.0f} s wall); "
+              f"regret {regret:.2f}; search {spent:.0f} trial-s = {spent / grid_s:.2f} of the grid ({wall:.0f} s wall); "
               f"predicted/measured time to target of the confirmed: {', '.join(f'{x:.2f}' for x in ratios) or 'none'}",
               flush=True)
     return {"name": path.name, "rows": rows}

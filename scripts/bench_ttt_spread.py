@@ -26,13 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def first_hit(curve: list, target: float) -> tuple[float, float] | None:
-    for samples, train_s, acc, *_ in curve:
-        if acc >= target:
-            return train_s, samples
-    return None
-
-
 def within(x: float, ref: float, factor: float = 1.5) -> bool:
     return ref / factor <= x <= ref * factor
 
@@ -49,6 +42,7 @@ def main() -> None:
     import torch
 
     from tune_batch.config import load_config
+    from tune_batch.confirm import first_reach
     from tune_batch.repeats import seeded
     from tune_batch.trial.curve import confirm_run, confirm_samples
 
@@ -73,7 +67,7 @@ def main() -> None:
     print(f"\ntarget val_acc {target:.3f} ({args.target_fraction:g} x the best any run reached, {best:.3f})")
     ratios, spreads, pair_ok, pairs = [], [], 0, 0
     for p, cs in curves.items():
-        hits = [first_hit(cur, target) for cur in cs]
+        hits = [first_reach(cur, target) for cur in cs]
         times = [h[0] for h in hits if h is not None]
         samples = [h[1] for h in hits if h is not None]
         never = sum(h is None for h in hits)

@@ -145,10 +145,10 @@ class Confirmation:
 
 
 def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[TrialResult],
-            searched: Sequence[TrialResult] = ()) -> Confirmation | None:
+            short_runs: Sequence[TrialResult] = ()) -> Confirmation | None:
     """The confirmation of ``candidates`` (in short-budget rank order) from their ``runs``;
-    None when no run finished. ``searched``: the search's trials, whose noise scales the
-    prediction pools."""
+    None when no run finished. ``short_runs``: the search's trials and repeats, whose noise
+    scales the prediction pools."""
     by: dict[Any, list[TrialResult]] = {}
     failed = []
     for r in runs:
@@ -185,7 +185,7 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
     tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
     length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
-    return Confirmation(target, how, length, out, tau, failed, *search_noise_scale(searched))
+    return Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs))
 
 
 def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, int]:

@@ -40,16 +40,17 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     """The report, its recommendation from the confirmation runs when there are any (and the
     preference is not another objective)."""
     base_prefer = None if prefer == TIME_TO_TARGET else prefer
-    searched = [r for r in records if r.info.confirm_of is None]
-    report = build_report(config, searched, warnings, prefer=base_prefer)
-    runs = [r for r in latest_per_trial(records) if r.info.confirm_of is not None]
+    latest = latest_per_trial(records)
+    short = [r for r in latest if r.info.confirm_of is None]  # the trials and their repeats: the short budget
+    report = build_report(config, short, warnings, prefer=base_prefer)
+    runs = [r for r in latest if r.info.confirm_of is not None]
     if not runs:
         return report
     # every config with runs, in the order the short budget ranks them (a finished run read with
     # another confirm.candidates still shows what was confirmed)
     order = confirm_candidates(report, len(report.points))
     order += [p.trial for p in report.points.values() if p.trial not in order]
-    conf = confirm(config, order, runs, latest_per_trial(searched))
+    conf = confirm(config, order, runs, short)
     report = dataclasses.replace(report, confirmation=conf, confirm_runs=runs)
     if conf is None or base_prefer is not None:
         return report
