@@ -102,7 +102,9 @@ def test_optuna_backend_repeats_front_candidates_and_resumes(tmp_path: Path) -> 
     assert len(res.records) == 3 and res.report.noise["val_acc"].half_width is not None
     again = search(cfg, out, quiet=True)  # nothing left to run: no trial and no repeat again
     assert len((out / "trials.jsonl").read_text().splitlines()) == len(recs)
-    assert again.recommended.trial_id == res.recommended.trial_id
+    # the same recommendation after the resume; None in both when 3 trials of 256 samples learned
+    # nothing (a CI run hit that: the old line then raised AttributeError on None)
+    assert getattr(again.recommended, "trial_id", None) == getattr(res.recommended, "trial_id", None)
 
 
 def test_a_trial_beside_a_busy_process_is_flagged_disturbed() -> None:
