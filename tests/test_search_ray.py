@@ -148,8 +148,9 @@ def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
 def test_seed_config_offline_with_overrides(tmp_path: Path) -> None:
     out = tmp_path / "OUT2"
     p = _cli("search", str(REPO / "configs/resnet18.yaml"), "--set", "data.name=synthetic", "--set", "data.resize=32",
-             "--set", "budget.trials=1", "--set", "budget.train_samples=512", "--set", "model.pretrained=false",
-             "--set", "profile.enabled=false", "--set", "space.num_gpus=[1]", "--set", "data.val_samples=256",
+             "--set", "budget.trials=1", "--set", "budget.train_samples=256", "--set", "budget.min_window_s=0",
+             "--set", "budget.gns_batches=0", "--set", "model.pretrained=false",
+             "--set", "profile.enabled=false", "--set", "space.num_gpus=[1]", "--set", "data.val_samples=64",
              "--set", "repeats.seeds=0", "--set", "confirm.candidates=0", "--output", str(out), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     recs = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
