@@ -30,6 +30,24 @@ def within(x: float, ref: float, factor: float = 1.5) -> bool:
     return ref / factor <= x <= ref * factor
 
 
+def _oracle_k(curves: dict, target: float, k: int) -> float:
+    """The same check with confirm.seeds = k: each k-subset of a config's seeds measured as the
+    median of its times to target, against the median of the config's other seeds."""
+    from tune_batch.confirm import first_reach
+
+    ok = n = 0
+    for cs in curves.values():
+        times = [h[0] for h in (first_reach(cur, target) for cur in cs) if h is not None]
+        for pick in itertools.combinations(range(len(times)), k):
+            rest = [t for i, t in enumerate(times) if i not in pick]
+            if rest:
+                n += 1
+                ok += within(statistics.median(times[i] for i in pick), statistics.median(rest))
+    print(f"with {k} seeds per measured time (the median of a subset of {k}): within 1.5x of the median of the "
+          f"other seeds in {ok} of {n} subsets")
+    return ok / n if n else math.nan
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"))
@@ -37,6 +55,8 @@ def main() -> None:
                     help="batch_size:lr of the configs to measure")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--target-fraction", type=float, default=0.95)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config overrides, as on the command line (e.g. confirm.evaluations=64)")
     args = ap.parse_args()
 
     import torch
@@ -47,7 +67,7 @@ def main() -> None:
     from tune_batch.trial.curve import confirm_run, confirm_samples
 
     torch.set_num_threads(2)
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, args.set)
     points = [(int(b), float(lr)) for b, lr in (p.split(":") for p in args.points)]
     c = cfg.confirm
     print(f"{Path(args.config).name}: confirmation runs of {confirm_samples(cfg, 0) if c.epochs is None else f'{c.epochs} epochs'} "
@@ -84,10 +104,12 @@ def main() -> None:
               f"(max/min {max(times) / min(times):.2f}); samples {', '.join(f'{s:.0f}' for s in samples)}"
               + (f"; never reached in {never} run(s)" if never else ""))
     share = sum(within(r, 1.0) for r in ratios) / len(ratios) if ratios else math.nan
+    two = _oracle_k(curves, target, 2)
     print(f"\nleave-one-seed-out: the median of a config's other seeds is within 1.5x of a run's time to target "
           f"in {sum(within(r, 1.0) for r in ratios)} of {len(ratios)} runs; pairs of seeds within 1.5x of each "
           f"other: {pair_ok} of {pairs}; took {time.time() - t0:.0f} s")
     print(f"RESULT oracle_within_1_5x={share:.3f} pairs_within_1_5x={pair_ok / pairs if pairs else math.nan:.3f} "
+          f"oracle_within_1_5x_2seeds={two:.3f} "
           f"ttt_spread_median={statistics.median(spreads) if spreads else math.nan:.3f} seeds={args.seeds} "
           f"configs={len(points)}")
 
