@@ -11,9 +11,10 @@ import pytest
 
 from tests.conftest import tiny_config
 from tune_batch.confirm import first_reach, kendall_tau, search_noise_scale
-from tune_batch.decision import decide
+from tune_batch.decision import confirm_candidates, decide
 from tune_batch.pareto import parse_prefer
 from tune_batch.records import Status, TrialResult
+from tune_batch.repeats import candidates
 from tune_batch.report import render_summary
 from tune_batch.runner import search
 from tune_batch.trial.curve import confirm_run, eval_steps
@@ -70,6 +71,21 @@ def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
     none = decide(tiny_config(objectives=OBJ, confirm={"target": 0.99}), short + runs)
     assert none.recommended is None and all(c.time_to_target_s is None for c in none.confirmation.candidates)
     assert "never reached it" in render_summary(none)
+
+
+def test_confirmation_trains_the_accurate_configs_fastest_first_not_the_fastest_alone() -> None:
+    cfg = tiny_config(objectives=OBJ)
+    # all four on the front: 2 is the fastest per sample but learned little at its low lr; 3 is
+    # within confirm.target_fraction (0.95) of the most accurate (1) and the faster of the two
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 500, 0.96, b=16), _rec(2, 3000, 0.40, b=256, lr=0.001),
+             _rec(3, 800, 0.93, b=32)]
+    report = decide(cfg, short)
+    assert {r.trial_id for r in report.front} == {0, 1, 2, 3}
+    picked = [r.trial_id for r in confirm_candidates(report, 3)]
+    assert picked[0] == report.recommended.trial_id and {1, 3} <= set(picked) and 2 not in picked
+    assert 2 in [r.trial_id for r in candidates(report, 3)]  # the repeats re-measure the best in each objective
+    assert [r.trial_id for r in confirm_candidates(report, 4)][-1] == 2  # every point is still in the order
+    assert confirm_candidates(report, 0) == []
 
 
 def test_the_prediction_pools_the_searchs_noise_scale() -> None:
