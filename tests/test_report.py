@@ -141,11 +141,11 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert "recommended" in panel(div), div
     assert len(re.findall(r'<path class="point"', panel("tb-front"))) == figure_data(report)["n_points"]
     assert "main-svg" in dom and "parcoords" in dom
-    for size in ("1024,900", "390,844"):  # a laptop and a phone
-        shot = tmp_path / f"shot-{size.split(',')[0]}.png"
-        subprocess.run([CHROMIUM, *flags, f"--window-size={size}", f"--screenshot={shot}", page.as_uri()],
-                       capture_output=True, timeout=120)
-        assert shot.exists() and shot.stat().st_size > 10_000
+    # a phone's width renders too (the DOM above is the default window's; each launch costs ~4 s)
+    shot = tmp_path / "shot-390.png"
+    subprocess.run([CHROMIUM, *flags, "--window-size=390,844", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000
 
 
 def test_summary_says_which_skips_used_no_trial() -> None:

@@ -107,7 +107,8 @@ def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
     # measured by hand and quoted in README
     out = tmp_path / "OUT"
     p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--set", "budget.trials=4", "--set", "repeats.candidates=1",
-             "--set", "repeats.seeds=2", "--set", "confirm.candidates=1", "--output", str(out), cwd=tmp_path)
+             "--set", "repeats.seeds=2", "--set", "confirm.candidates=1", "--set", "confirm.seeds=1", "--output", str(out),
+             cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     every = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
     recs = [r for r in every if r["info"].get("repeat_of") is None and r["info"].get("confirm_of") is None]

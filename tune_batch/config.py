@@ -257,7 +257,7 @@ class ConfirmConfig(_Section):
     """Instead of train_samples: passes over the training set."""
     evaluations: int = Field(16, ge=2, le=1000)
     """Validations along each confirmation run (its curve; time to target is read from it)."""
-    seeds: int = Field(1, ge=1)
+    seeds: int = Field(2, ge=1)
     """Confirmation runs per candidate (seeds search.seed, +1, ...); time to target is their median."""
     target: float | None = Field(None, gt=0.0, le=1.0)
     """The val_acc to reach (default: target_fraction x the best val_acc any candidate reached)."""

@@ -27,8 +27,8 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     the most accurate at the short budget, fastest (samples/s) first (few samples to go, each
     one cheap), then the others by the repeats' order (best in each objective, nearest to the
     ideal point). The fastest config overall is not one of them for its speed alone: at
-    a learning rate too low it never reaches the target (7 of 18 confirmed candidates of the
-    decision benchmark's stored searches). When the short trials learned nothing, the feasible
+    a learning rate too low it never reaches the target (in 7 of the decision benchmark's 18
+    stored searches, before this order). When the short trials learned nothing, the feasible
     configs whose loss fell furthest."""
     n = report.config.confirm.candidates if n is None else n
     if n <= 0:
