@@ -5,9 +5,10 @@ against the best config of a fully trained grid, in time to a target accuracy.
             learning rates) for --length samples, validating --evaluations times along the way
             (the confirmation run of tune_batch, trial.curve.confirm_run), and stores the curves
             with the machine in --table. Minutes here: a script, not a test. Committed:
-            benchmarks/decision_{quickstart,synthetic}_long.json (65536 samples, the default
-            tables) and the first, shorter decision_{quickstart,synthetic}.json (16384 samples:
-            no longer than the quickstart's own confirmation runs).
+            benchmarks/decision_{quickstart,synthetic}_fine.json (65536 samples validated every
+            512: the default tables), decision_*_long.json (the same, every 2048) and the first,
+            shorter decision_{quickstart,synthetic}.json (16384 samples: no longer than the
+            quickstart's own confirmation runs).
 (default)   for each table and each --seeds seed: runs the default search of that workload as
             it ships (sampler, repeats and confirmation defaults; search.seed = seed) into a temp
             dir, then trains its recommendation in full, side by side with the grid's best config
