@@ -9,6 +9,8 @@ Runs made minutes apart on a shared machine differ by its drift as much as by th
 the recommendations are also re-measured side by side (--remeasure K rounds: in each round every
 recommended config once, with the round's seed, interleaved) and compared on those runs: within
 noise when every objective's difference is inside the two configs' 95 % half-widths combined.
+When the searches recommended by time to target (confirmation on, the default), the side-by-side
+runs are confirmation runs and the comparison is of their time to one common target.
 
 Usage: python scripts/bench_stability.py [--config configs/quickstart.yaml] [--seeds 1 2 3] [--out DIR] [--reuse]
                                          [--remeasure 5]
@@ -34,13 +36,50 @@ def _recommended(run: Path) -> dict:
     pareto = json.loads((run / "pareto.json").read_text())
     rec_id = pareto["recommended_trial_id"]
     rec = pareto.get("recommended") or next(t for t in pareto["trials"] if t["trial_id"] == rec_id)
-    return {"params": rec["params"], "metrics": rec["metrics"], "objectives": [o["metric"] for o in pareto["objectives"]]}
+    conf = pareto.get("confirmation") or {}
+    by_time = str(pareto.get("recommendation_method", "")).startswith("time_to_target")
+    return {"params": rec["params"], "metrics": rec["metrics"], "objectives": [o["metric"] for o in pareto["objectives"]],
+            "target": conf.get("target") if by_time else None}
+
+
+def remeasure_time(config_path: str, recs: dict, rounds: int) -> dict:
+    """When the searches recommended by time to target: each distinct recommended config trained
+    as a confirmation run ``rounds`` times, interleaved (round k: every config once, seed 100 + k),
+    and its time to one common target (the median of the searches' targets) read from each run;
+    per config the mean and 95 % half-width (a run that never reaches it makes the mean inf)."""
+    import statistics
+
+    from tune_batch.config import load_config
+    from tune_batch.confirm import first_reach
+    from tune_batch.noise import mean_ci
+    from tune_batch.repeats import seeded
+    from tune_batch.trial.curve import confirm_run
+
+    cfg = load_config(config_path)
+    target = statistics.median(r["target"] for r in recs.values())
+    print(f"  common target val_acc {target:.3f} (median of the searches' targets)")
+    configs = sorted({(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()})
+    times: dict[tuple, list[float]] = {c: [] for c in configs}
+    for k in range(rounds):
+        for b, lr in configs:
+            res = confirm_run(seeded(cfg, 100 + k), {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=f"r{k}")
+            hit = first_reach(res.info.curve or [], target) if res.status.value == "ok" else None
+            times[(b, lr)].append(hit[0] if hit else math.inf)
+            print(f"  round {k + 1}/{rounds}: batch_size {b} lr {lr:.3g}: {res.status.value}, time to target "
+                  f"{times[(b, lr)][-1]:.3g} s", flush=True)
+    out = {}
+    for c, ts in times.items():
+        mean, ci = mean_ci(ts) if all(math.isfinite(t) for t in ts) else (math.inf, None)
+        out[c] = {"params": {"batch_size": c[0], "lr": c[1]}, "metrics": {"time_to_target_s": mean,
+                  "time_to_target_s_ci": ci}, "objectives": ["time_to_target_s"]}
+    return out
 
 
 def _within_noise(a: dict, b: dict) -> bool:
     for m in a["objectives"]:
         tol = math.hypot(a["metrics"].get(f"{m}_ci") or 0.0, b["metrics"].get(f"{m}_ci") or 0.0)
-        if abs(a["metrics"][m] - b["metrics"][m]) > tol:
+        if not (math.isfinite(a["metrics"][m]) and math.isfinite(b["metrics"][m])) or \
+                abs(a["metrics"][m] - b["metrics"][m]) > tol:
             return False
     return True
 
@@ -109,7 +148,8 @@ def main() -> None:
     within = all(ok for *_, ok in noise_ok)
     if args.remeasure > 0 and len({(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()}) > 1:
         print(f"re-measuring the recommended configs side by side, {args.remeasure} interleaved rounds:")
-        side = remeasure(args.config, recs, args.remeasure)
+        by_time = all(r["target"] is not None for r in recs.values())
+        side = (remeasure_time if by_time else remeasure)(args.config, recs, args.remeasure)
         for c, st in sorted(side.items()):
             shown = ", ".join(f"{m} {st['metrics'][m]:.4g} +- {st['metrics'][f'{m}_ci'] or 0:.3g}" for m in st["objectives"])
             print(f"  batch_size {c[0]} lr {c[1]:.3g}: {shown}")
