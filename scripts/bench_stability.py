@@ -42,39 +42,6 @@ def _recommended(run: Path) -> dict:
             "target": conf.get("target") if by_time else None}
 
 
-def remeasure_time(config_path: str, recs: dict, rounds: int) -> dict:
-    """When the searches recommended by time to target: each distinct recommended config trained
-    as a confirmation run ``rounds`` times, interleaved (round k: every config once, seed 100 + k),
-    and its time to one common target (the median of the searches' targets) read from each run;
-    per config the mean and 95 % half-width (a run that never reaches it makes the mean inf)."""
-    import statistics
-
-    from tune_batch.config import load_config
-    from tune_batch.confirm import first_reach
-    from tune_batch.noise import mean_ci
-    from tune_batch.repeats import seeded
-    from tune_batch.trial.curve import confirm_run
-
-    cfg = load_config(config_path)
-    target = statistics.median(r["target"] for r in recs.values())
-    print(f"  common target val_acc {target:.3f} (median of the searches' targets)")
-    configs = sorted({(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()})
-    times: dict[tuple, list[float]] = {c: [] for c in configs}
-    for k in range(rounds):
-        for b, lr in configs:
-            res = confirm_run(seeded(cfg, 100 + k), {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=f"r{k}")
-            hit = first_reach(res.info.curve or [], target) if res.status.value == "ok" else None
-            times[(b, lr)].append(hit[0] if hit else math.inf)
-            print(f"  round {k + 1}/{rounds}: batch_size {b} lr {lr:.3g}: {res.status.value}, time to target "
-                  f"{times[(b, lr)][-1]:.3g} s", flush=True)
-    out = {}
-    for c, ts in times.items():
-        mean, ci = mean_ci(ts) if all(math.isfinite(t) for t in ts) else (math.inf, None)
-        out[c] = {"params": {"batch_size": c[0], "lr": c[1]}, "metrics": {"time_to_target_s": mean,
-                  "time_to_target_s_ci": ci}, "objectives": ["time_to_target_s"]}
-    return out
-
-
 def _within_noise(a: dict, b: dict) -> bool:
     for m in a["objectives"]:
         tol = math.hypot(a["metrics"].get(f"{m}_ci") or 0.0, b["metrics"].get(f"{m}_ci") or 0.0)
@@ -84,33 +51,64 @@ def _within_noise(a: dict, b: dict) -> bool:
     return True
 
 
-def remeasure(config_path: str, recs: dict, rounds: int) -> dict:
-    """Each distinct recommended config trained ``rounds`` times, interleaved (round k: every
-    config once with seed k); per config, each objective's mean and 95 % half-width."""
-    from tune_batch.config import load_config
+def _side_by_side(configs: list[tuple], rounds: int, objectives: list[str], measure) -> dict:
+    """Each config measured ``rounds`` times, interleaved (round k: every config once);
+    ``measure(k, batch_size, lr)`` gives (status, {objective: value} or None for a run that does
+    not count). Per config, each objective's mean and 95 % half-width (inf when a run read inf)."""
     from tune_batch.noise import mean_ci
-    from tune_batch.repeats import seeded
-    from tune_batch.trial import run_trial
 
-    cfg = load_config(config_path)
-    objectives = cfg.metric_names
-    configs = {(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()}
-    runs: dict[tuple, list] = {c: [] for c in configs}
+    runs: dict[tuple, list[dict]] = {c: [] for c in configs}
     for k in range(rounds):
-        for b, lr in sorted(configs):
-            res = run_trial(seeded(cfg, k), {"batch_size": b, "lr": lr, "num_gpus": 1})
-            runs[(b, lr)].append(res)
-            shown = ", ".join(f"{m} {res.metrics.value(m) or float('nan'):.4g}" for m in objectives)
-            print(f"  round {k + 1}/{rounds}: batch_size {b} lr {lr:.3g}: {res.status.value} {shown}", flush=True)
+        for b, lr in configs:
+            status, values = measure(k, b, lr)
+            if values is not None:
+                runs[(b, lr)].append(values)
+            shown = ", ".join(f"{m} {values[m]:.4g}" for m in objectives) if values else ""
+            print(f"  round {k + 1}/{rounds}: batch_size {b} lr {lr:.3g}: {status} {shown}", flush=True)
     out = {}
-    for c, rs in runs.items():
-        ok = [r for r in rs if r.status.value == "ok"]
-        stats = {}
+    for c, vs in runs.items():
+        stats: dict[str, float | None] = {}
         for m in objectives:
-            mean, ci = mean_ci([r.metrics.value(m) for r in ok]) if ok else (float("nan"), None)
+            xs = [v[m] for v in vs]
+            mean, ci = ((math.nan, None) if not xs else (math.inf, None) if not all(map(math.isfinite, xs))
+                        else mean_ci(xs))
             stats[m], stats[f"{m}_ci"] = mean, ci
         out[c] = {"params": {"batch_size": c[0], "lr": c[1]}, "metrics": stats, "objectives": objectives}
     return out
+
+
+def remeasure(config_path: str, recs: dict, rounds: int) -> dict:
+    """Each distinct recommended config trained ``rounds`` times side by side (round k: seed k),
+    compared on the searches' objectives. When the searches recommended by time to target, the
+    runs are confirmation runs (seed 100 + k) and the one objective is the time to one common
+    target (the median of the searches' targets); a run that never reaches it reads inf."""
+    import statistics
+
+    from tune_batch.config import load_config
+    from tune_batch.confirm import first_reach
+    from tune_batch.repeats import seeded
+    from tune_batch.trial import run_trial
+    from tune_batch.trial.curve import confirm_run
+
+    cfg = load_config(config_path)
+    configs = sorted({(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()})
+    if all(r["target"] is not None for r in recs.values()):
+        target = statistics.median(r["target"] for r in recs.values())
+        print(f"  common target val_acc {target:.3f} (median of the searches' targets)")
+
+        def by_time(k: int, b: int, lr: float):
+            res = confirm_run(seeded(cfg, 100 + k), {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=f"r{k}")
+            hit = first_reach(res.info.curve or [], target) if res.status.value == "ok" else None
+            return res.status.value, {"time_to_target_s": hit[0] if hit else math.inf}
+
+        return _side_by_side(configs, rounds, ["time_to_target_s"], by_time)
+
+    def short(k: int, b: int, lr: float):
+        res = run_trial(seeded(cfg, k), {"batch_size": b, "lr": lr, "num_gpus": 1})
+        ok = res.status.value == "ok"
+        return res.status.value, {m: res.metrics.value(m) for m in cfg.metric_names} if ok else None
+
+    return _side_by_side(configs, rounds, cfg.metric_names, short)
 
 
 def main() -> None:
@@ -148,8 +146,7 @@ def main() -> None:
     within = all(ok for *_, ok in noise_ok)
     if args.remeasure > 0 and len({(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()}) > 1:
         print(f"re-measuring the recommended configs side by side, {args.remeasure} interleaved rounds:")
-        by_time = all(r["target"] is not None for r in recs.values())
-        side = (remeasure_time if by_time else remeasure)(args.config, recs, args.remeasure)
+        side = remeasure(args.config, recs, args.remeasure)
         for c, st in sorted(side.items()):
             shown = ", ".join(f"{m} {st['metrics'][m]:.4g} +- {st['metrics'][f'{m}_ci'] or 0:.3g}" for m in st["objectives"])
             print(f"  batch_size {c[0]} lr {c[1]:.3g}: {shown}")

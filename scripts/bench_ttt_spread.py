@@ -30,14 +30,11 @@ def within(x: float, ref: float, factor: float = 1.5) -> bool:
     return ref / factor <= x <= ref * factor
 
 
-def _oracle_k(curves: dict, target: float, k: int) -> float:
+def _oracle_k(reached: dict[tuple[int, float], list[float]], k: int) -> float:
     """The same check with confirm.seeds = k: each k-subset of a config's seeds measured as the
     median of its times to target, against the median of the config's other seeds."""
-    from tune_batch.confirm import first_reach
-
     ok = n = 0
-    for cs in curves.values():
-        times = [h[0] for h in (first_reach(cur, target) for cur in cs) if h is not None]
+    for times in reached.values():
         for pick in itertools.combinations(range(len(times)), k):
             rest = [t for i, t in enumerate(times) if i not in pick]
             if rest:
@@ -86,9 +83,10 @@ def main() -> None:
     target = args.target_fraction * best
     print(f"\ntarget val_acc {target:.3f} ({args.target_fraction:g} x the best any run reached, {best:.3f})")
     ratios, spreads, pair_ok, pairs = [], [], 0, 0
+    reached: dict[tuple[int, float], list[float]] = {}
     for p, cs in curves.items():
         hits = [first_reach(cur, target) for cur in cs]
-        times = [h[0] for h in hits if h is not None]
+        times = reached[p] = [h[0] for h in hits if h is not None]
         samples = [h[1] for h in hits if h is not None]
         never = sum(h is None for h in hits)
         if len(times) < 2:
@@ -104,7 +102,7 @@ def main() -> None:
               f"(max/min {max(times) / min(times):.2f}); samples {', '.join(f'{s:.0f}' for s in samples)}"
               + (f"; never reached in {never} run(s)" if never else ""))
     share = sum(within(r, 1.0) for r in ratios) / len(ratios) if ratios else math.nan
-    two = _oracle_k(curves, target, 2)
+    two = _oracle_k(reached, 2)
     print(f"\nleave-one-seed-out: the median of a config's other seeds is within 1.5x of a run's time to target "
           f"in {sum(within(r, 1.0) for r in ratios)} of {len(ratios)} runs; pairs of seeds within 1.5x of each "
           f"other: {pair_ok} of {pairs}; took {time.time() - t0:.0f} s")

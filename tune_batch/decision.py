@@ -37,17 +37,18 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
         ok = [p.trial for p in report.points.values()]
         return sorted(ok, key=lambda r: (r.info.final_loss if r.info.final_loss is not None else float("inf"),
                                          -(r.metrics.samples_per_s or 0.0)))[:n]
-    rest = candidates(report, len(report.points))
-    if not rest:
-        return []
-    acc = {r.trial_id: report.stat(r, "val_acc")[0] for r in rest}
-    sps = {r.trial_id: report.stat(r, "samples_per_s")[0] or 0.0 for r in rest}
-    learned = [r for r in rest if acc[r.trial_id] is not None]
-    first = [rest[0]]
+    rest = candidates(report, len(report.points))  # the recommended one first
+
+    def acc(r: TrialResult) -> float:
+        return report.stat(r, "val_acc")[0]  # type: ignore[return-value]
+
+    learned = [r for r in rest if acc(r) is not None]
+    first = rest[:1]
     if learned:
-        top = max(acc[r.trial_id] for r in learned)
-        near_top = [r for r in learned if acc[r.trial_id] >= report.config.confirm.target_fraction * top]
-        first += [max(learned, key=lambda r: acc[r.trial_id]), *sorted(near_top, key=lambda r: -sps[r.trial_id])]
+        top = max(map(acc, learned))
+        near_top = [r for r in learned if acc(r) >= report.config.confirm.target_fraction * top]
+        first += [max(learned, key=acc),
+                  *sorted(near_top, key=lambda r: -(report.stat(r, "samples_per_s")[0] or 0.0))]
     out: list[TrialResult] = []
     for r in [*first, *rest]:
         if r not in out:
