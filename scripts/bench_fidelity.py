@@ -97,7 +97,7 @@ def main() -> None:
         print(f"inside the profiled steps themselves the profiler costs {statistics.median(step_overhead):+.1%} per step "
               f"(kept out of the timed window)")
     print(f"config {Path(args.config).name}: batch_size {args.batch_size}, lr {args.lr}, {n} samples per trial, "
-          f"budget.min_window_s {cfg.budget.min_window_s}; trial vs 10x longer: {rel:.1%}; "
+          f"budget.min_window_s {cfg.budget.min_window_s} (null: 2 s on CUDA, 1 s on a CPU); trial vs 10x longer: {rel:.1%}; "
           f"timed window with profiling on vs off: {prof:.1%} (paired: {rel_p:.1%} and {prof_p:.1%})")
     print(f"run-to-run spread of identical short trials (coefficient of variation, the larger of trial and "
           f"profiler off): {noise:.1%}; differences well inside it are noise, not an effect")

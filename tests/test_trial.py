@@ -56,6 +56,21 @@ def test_short_window_is_lengthened_without_changing_training() -> None:
     assert longer.info.final_loss == plain.info.final_loss
 
 
+def test_the_default_window_is_two_seconds_on_cuda_and_one_on_a_cpu() -> None:
+    from tune_batch.config import BudgetConfig
+
+    assert BudgetConfig().min_window_s is None
+    assert BudgetConfig().window_floor("cuda") == 2.0
+    assert BudgetConfig().window_floor("cpu") == 1.0
+    assert BudgetConfig(min_window_s=0.5).window_floor("cuda") == 0.5  # a set value wins everywhere
+    assert BudgetConfig(min_window_s=0).window_floor("cpu") == 0
+    # a real trial with the default: its window is topped up to the device's floor
+    res = run_trial(tiny_config(budget={"train_samples": 256, "min_window_s": None}),
+                    {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "ok", res.reason
+    assert res.metrics.timed_s >= BudgetConfig().window_floor(res.info.device.split(":")[0])
+
+
 def test_extension_steps_rule() -> None:
     from tune_batch.trial.window import extension_steps as _extension_steps
 

@@ -177,16 +177,24 @@ class BudgetConfig(_Section):
     """Training samples every trial sees, warm-up included: trials are compared at equal data."""
     warmup_steps: int = Field(3, ge=0)
     """Optimizer steps run before the timed window (they train, but are not timed)."""
-    min_window_s: float = Field(2.0, ge=0)
-    """Shortest timed window: when the budget's timed steps end sooner (fast configs, mostly on
-    GPUs), the trial times extra steps until the window is this long, for steadier samples/s and
+    min_window_s: float | None = Field(None, ge=0)
+    """Shortest timed window: when the budget's timed steps end sooner (fast configs), the trial
+    times extra steps until the window is this long, for a steadier samples/s and, on CUDA,
     enough NVML samples; the weights and optimizer state are restored afterwards, so training
-    and val_acc still see exactly ``train_samples``. 0 turns it off."""
+    and val_acc still see exactly ``train_samples``. 0 turns it off. Default (null): 2 s on CUDA
+    (NVML's sample period, launch-bound configs drifting), 1 s on a CPU, where identical trials
+    with 1 s and 2 s windows spread alike (README, "The timed window")."""
     trial_timeout_s: float = Field(600.0, gt=0)
     """A trial still running after this many seconds ends as failed."""
     gns_batches: int = Field(4, ge=0, le=1000)
     """Batches the gradient noise scale is estimated on, after validation (0: not estimated;
     then goodput is not measured)."""
+
+    def window_floor(self, device_type: str) -> float:
+        """The shortest timed window on a device of ``device_type`` ("cuda", "cpu", ...)."""
+        if self.min_window_s is not None:
+            return self.min_window_s
+        return 2.0 if device_type == "cuda" else 1.0
 
 
 class ResourcesConfig(_Section):

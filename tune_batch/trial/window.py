@@ -130,10 +130,12 @@ def _gpu_sampler(device: torch.device) -> tuple[Any, str | None]:
 
 
 def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config, world: int) -> Window:
-    """Time ``steps`` steps. A window shorter than ``budget.min_window_s`` is lengthened with
-    extra steps, after which weights, buffers and optimizer state are put back (copies kept in
-    host memory, outside the window), so training still sees exactly ``train_samples``."""
-    device, min_s = stepper.device, config.budget.min_window_s
+    """Time ``steps`` steps. A window shorter than ``budget.min_window_s`` (null: the device's
+    default, ``BudgetConfig.window_floor``) is lengthened with extra steps, after which weights,
+    buffers and optimizer state are put back (copies kept in host memory, outside the window), so
+    training still sees exactly ``train_samples``."""
+    device = stepper.device
+    min_s = config.budget.window_floor(device.type)
     cpu = CpuUtilWindow(threads=torch.get_num_threads() + config.data.num_workers)
     sampler, gpu_note = _gpu_sampler(device)
     sync(device)
