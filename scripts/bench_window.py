@@ -33,7 +33,7 @@ def one_setup(spec: str, windows: list[float], rounds: int) -> dict[str, dict[st
     from tune_batch.trial import run_trial
 
     path, batch, lr = spec.rsplit(":", 2)
-    cfg = load_config(REPO / path if not Path(path).is_absolute() else path)
+    cfg = load_config(REPO / path)  # an absolute path stays itself
     arms = {f"window {w:g} s": cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"min_window_s": w})})
             for w in windows}
     arms["10x longer"] = cfg.model_copy(update={"budget": cfg.budget.model_copy(
