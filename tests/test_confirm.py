@@ -48,7 +48,7 @@ OBJ = [{"metric": "samples_per_s"}, {"metric": "val_acc"}]
 def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
     cfg = tiny_config(objectives=OBJ)
     # the short trials: 0 is the knee (fast and accurate); 1 is more accurate, slower per sample
-    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=16, lr=0.001)]
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=32, lr=0.001)]
     assert decide(cfg, short).recommended.trial_id == 0
     # at length, batch 16 reaches the target first; batch 64 only later; a third never does
     runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),

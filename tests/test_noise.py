@@ -76,6 +76,29 @@ def test_repeats_give_means_half_widths_and_the_noise(tmp_path: Path) -> None:
     assert "+-" in text and "noise val_acc" in text and "repeats: 4 run(s)" in text
 
 
+def test_throughput_pools_over_every_learning_rate_of_a_batch_size(tmp_path: Path) -> None:
+    # a step at lr 0.05 does the work of one at lr 0.01: B's higher reading is noise, and it must
+    # not put B (less accurate, same step) on the front beside A
+    recs = [_rec(0, 1000, 0.95, b=32, lr=0.01), _rec(1, 1100, 0.80, b=32, lr=0.05), _rec(3, 1050, 0.70, b=32, lr=0.002),
+            _rec(2, 3000, 0.50, b=128)]
+    report = build_report(_cfg(), recs)
+    a, b, c = (report.points[i] for i in range(3))
+    assert a.mean["samples_per_s"] == b.mean["samples_per_s"] == pytest.approx(1050)
+    assert a.step_runs == b.step_runs == 3 and c.step_runs == 1 and c.mean["samples_per_s"] == 3000
+    assert a.mean["val_acc"] == 0.95 and b.mean["val_acc"] == 0.80  # accuracy stays the config's own
+    assert "1 step(s) measured more than once" in report.noise["samples_per_s"].how
+    assert {r.trial_id for r in report.front} == {0, 2}
+    write_files(report, tmp_path)
+    pareto = json.loads((tmp_path / "pareto.json").read_text())
+    entry = next(t for t in pareto["trials"] if t["trial_id"] == 0)
+    assert entry["runs"] == [0] and entry["step_runs"] == 3
+    assert entry["metrics"]["samples_per_s"] == pytest.approx(1050) and entry["metrics"]["samples_per_s_ci"] > 0
+    # another precision (or device, micro-batch, GPU count) is another step: not pooled
+    other = TrialResult.from_record({**recs[1].to_record(), "info": {"precision": "bf16"}})
+    report = build_report(_cfg(), [recs[0], other, recs[3]])
+    assert report.points[0].mean["samples_per_s"] == 1000 and report.points[1].step_runs == 1
+
+
 def test_no_recommendation_far_below_the_best_accuracy_unless_faster_beyond_noise() -> None:
     cfg = _cfg()
     # the knee (trial 1) is 0.08 below the best accuracy and only 1.05x faster, inside the noise

@@ -50,7 +50,8 @@ def _rec(i: int, sps: float, acc: float, status: str = "ok", b: int = 16) -> Tri
             if status == "ok" else {}, "duration_s": 1.0, "info": {}})
 
 
-RECS = [_rec(0, 100, 0.95), _rec(1, 200, 0.90, b=64), _rec(2, 400, 0.50, b=256), _rec(3, 90, 0.80), _rec(4, 0, 0, "oom", 512)]
+RECS = [_rec(0, 100, 0.95), _rec(1, 200, 0.90, b=64), _rec(2, 400, 0.50, b=256), _rec(3, 90, 0.80, b=32),
+        _rec(4, 0, 0, "oom", 512)]
 
 
 def test_recommendation_knee_prefer_and_weights() -> None:

@@ -14,8 +14,8 @@ from tune_batch.report import build_report
 from tune_batch.results import RunDir, load_records
 
 
-def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5) -> TrialResult:
-    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
+def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5, b: int = 16) -> TrialResult:
+    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
             "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc} if status == "ok" else {},
             "duration_s": 1.0, "info": {}})
 
@@ -68,7 +68,7 @@ def test_a_foreign_non_empty_directory_is_refused(tmp_path: Path) -> None:
 
 def test_report_files_from_records(tmp_path: Path) -> None:
     cfg = tiny_config()
-    recs = [_rec(0, sps=10, acc=0.9), _rec(1, sps=20, acc=0.5), _rec(2, sps=5, acc=0.4), _rec(3, "oom")]
+    recs = [_rec(0, sps=10, acc=0.9), _rec(1, sps=20, acc=0.5, b=64), _rec(2, sps=5, acc=0.4, b=32), _rec(3, "oom")]
     report = build_report(cfg, recs)
     assert {r.trial_id for r in report.front} == {0, 1}
     write_files(report, tmp_path)
@@ -78,7 +78,7 @@ def test_report_files_from_records(tmp_path: Path) -> None:
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 5 and rows[0].startswith("trial_id,kind,status,reason,batch_size,lr,num_gpus")
     header = rows[0].split(",")
-    assert {"sm_active", "tensor_active", "energy_j_per_sample", "bottleneck", "runs"} <= set(header)
+    assert {"sm_active", "tensor_active", "energy_j_per_sample", "bottleneck", "runs", "step_runs"} <= set(header)
     assert {f"{m}_{s}" for m in cfg.metric_names for s in ("mean", "ci")} <= set(header)
     import pandas as pd  # the CSV is the run's DataFrame written out: it reads back with the same columns
 

@@ -63,6 +63,8 @@ def _front_entry(report: Report, r: TrialResult) -> dict[str, object]:
         metrics[m], metrics[f"{m}_ci"] = report.stat(r, m)
     rec["metrics"] = metrics
     rec["runs"] = [x.trial_id for x in point.runs] if point is not None else [r.trial_id]
+    # samples/s and the other step-work metrics: every run of the same step, at any learning rate
+    rec["step_runs"] = point.step_runs if point is not None else 1
     return rec
 
 

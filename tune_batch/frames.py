@@ -35,6 +35,7 @@ def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
     if report is not None:
         point = report.points.get(r.trial_id)
         out["runs"] = point.n if point is not None else None
+        out["step_runs"] = point.step_runs if point is not None else None  # samples/s: every run of the step
         for m in report.config.metric_names:
             out[f"{m}_mean"], out[f"{m}_ci"] = report.stat(r, m) if point is not None else (None, None)
     out["duration_s"] = r.duration_s

@@ -4,10 +4,19 @@ mean and a 95 % half-width per metric; and the search's noise level per objectiv
 The noise of an objective comes, in order, from configs measured more than once (pooled over
 them: the run-to-run spread, seeds included), or for ``samples_per_s`` from the scatter of a
 trial's timed blocks (within one window; smaller than run-to-run), or it is unknown (said so).
+
+Throughput and the other step-work metrics (``STEP_WORK``) do not depend on the learning rate:
+a step at lr 0.001 does the same arithmetic as one at lr 0.1 (measured: across the 6 learning
+rates of a batch size, the spread of samples/s is no larger than between repeats of one config,
+F = 0.06-0.55 over 10 batch sizes of benchmarks/mlp_grid and adam_grid). So every run of the
+same step (``step_key``: batch size, GPUs, precision, micro-batching, device, the user's extra
+parameters) pools into one mean: a config is not put on the front by a lucky throughput
+reading, and configs that do the same work show the same samples/s.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -17,6 +26,8 @@ from tune_batch.noise import t95
 from tune_batch.records import Status, TrialResult
 
 RELATIVE = ("samples_per_s", "model_flops_per_s", "mfu")  # noise proportional to the value
+# properties of the step, not of the learning rate: pooled over every run of the same step
+STEP_WORK = ("samples_per_s", "model_flops_per_s", "mfu", "device_util", "peak_mem_bytes")
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class Point:
     mean: dict[str, float]
     ci: dict[str, float | None]
 
+    step_runs: int = 0  # runs pooled for the STEP_WORK metrics (this config's and its step's others)
+
     @property
     def n(self) -> int:
         return len(self.runs)
@@ -64,16 +77,34 @@ def group_runs(records: Sequence[TrialResult]) -> dict[object, list[TrialResult]
     return groups
 
 
+def step_key(r: TrialResult) -> tuple:
+    """What decides a step's work, all but the learning rate: runs with the same key measure the
+    same throughput."""
+    p, i = r.params, r.info
+    extra = json.dumps(p.extra, sort_keys=True, default=str) if p.extra else ""
+    return (p.batch_size, p.num_gpus, extra, i.precision, i.accumulation_steps, i.micro_batch_size, i.device)
+
+
+def step_groups(groups: dict[object, list[TrialResult]]) -> dict[tuple, list[TrialResult]]:
+    """Step key -> every ok run (of every config) with that step."""
+    out: dict[tuple, list[TrialResult]] = {}
+    for runs in groups.values():
+        for r in runs:
+            out.setdefault(step_key(r), []).append(r)
+    return out
+
+
 def _values(runs: Sequence[TrialResult], metric: str) -> list[float]:
     return [v for r in runs if (v := r.metrics.value(metric)) is not None and math.isfinite(v)]
 
 
 def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]) -> dict[str, NoiseLevel]:
     out = {}
+    steps = step_groups(groups)
     for m in metrics:
-        rel = m in RELATIVE
+        rel, step = m in RELATIVE, m in STEP_WORK
         ss, df, n_groups = 0.0, 0, 0
-        for runs in groups.values():
+        for runs in (steps if step else groups).values():
             vals = _values(runs, m)
             if len(vals) < 2:
                 continue
@@ -83,8 +114,9 @@ def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]
             df += len(vals) - 1
             n_groups += 1
         if df:
-            out[m] = NoiseLevel(t95(df) * math.sqrt(ss / df), rel,
-                                f"run-to-run spread pooled over {n_groups} config(s) measured with several seeds")
+            what = (f"{n_groups} step(s) measured more than once (batch sizes; any learning rate, any seed)" if step
+                    else f"{n_groups} config(s) measured with several seeds")
+            out[m] = NoiseLevel(t95(df) * math.sqrt(ss / df), rel, f"run-to-run spread pooled over {what}")
         elif m == "samples_per_s":
             rels = [r.metrics.samples_per_s_ci / r.metrics.samples_per_s for runs in groups.values() for r in runs
                     if r.metrics.samples_per_s_ci is not None and r.metrics.samples_per_s]
@@ -99,18 +131,22 @@ def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]
 def points(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
            noise: dict[str, NoiseLevel]) -> list[Point]:
     """Every searched config with an ok run (``group_runs``), in record order, with its
-    statistics under ``noise``."""
+    statistics under ``noise``: the STEP_WORK metrics over every run of its step, the others
+    over its own runs."""
     out = []
+    steps = step_groups(groups)
     for runs in groups.values():
         mean, ci = {}, {}
+        # every run of the steps this config's runs made (one step unless its runs ran on different devices)
+        same_step = list({id(x): x for r in runs for x in steps[step_key(r)]}.values())
         for m in {*metrics, "samples_per_s", "val_acc", "device_util", "peak_mem_bytes"}:
-            vals = _values(runs, m)
+            vals = _values(same_step if m in STEP_WORK else runs, m)
             if not vals:
                 continue
             mean[m] = statistics.fmean(vals)
             level = noise.get(m)
             ci[m] = level.of(mean[m], len(vals)) if level is not None else None
-            if ci[m] is None and m == "samples_per_s" and len(runs) == 1:
+            if ci[m] is None and m == "samples_per_s" and len(vals) == 1:
                 ci[m] = runs[0].metrics.samples_per_s_ci
-        out.append(Point(runs[0], tuple(runs), mean, ci))
+        out.append(Point(runs[0], tuple(runs), mean, ci, len(same_step)))
     return out

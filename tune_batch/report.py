@@ -196,6 +196,7 @@ def row(rec: TrialResult, report: Report | None = None) -> dict[str, Any]:
     if report is not None:
         point = report.points.get(rec.trial_id)
         out["runs"] = point.n if point is not None else ""
+        out["step_runs"] = point.step_runs if point is not None else ""
         for k in report.config.metric_names:
             mean, ci = report.stat(rec, k) if point is not None else (None, None)
             out[f"{k}_mean"], out[f"{k}_ci"] = mean, ci
@@ -237,14 +238,14 @@ def render_table(report: Report) -> str:
     number of runs), the recommended row marked with '*'."""
     metrics = report.config.metric_names
     shown = [*metrics, *(["peak_mem_bytes"] if "peak_mem_bytes" not in metrics else [])]
-    cols = ["", "trial", *PARAM_COLUMNS, *shown, "runs"]
+    cols = ["", "trial", *PARAM_COLUMNS, *shown, "runs", "step_runs"]
     rows = []
     for r in sorted(report.front, key=lambda r: (r.params.num_gpus, r.params.batch_size, r.params.lr)):
         mark = "*" if r is report.recommended else ""
         p, point = r.params, report.points.get(r.trial_id)
         rows.append([mark, str(r.trial_id), _fmt(p.batch_size, "batch_size"), _fmt(p.lr, "lr"),
                      _fmt(p.num_gpus, "num_gpus"), *(_fmt_stat(report, r, m) for m in shown),
-                     str(point.n if point else 1)])
+                     str(point.n if point else 1), str(point.step_runs if point else 1)])
     widths = [max(len(c), *(len(v[i]) for v in rows)) if rows else len(c) for i, c in enumerate(cols)]
     out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     out += ["  ".join(v.ljust(w) for v, w in zip(vals, widths)) for vals in rows]
@@ -284,7 +285,8 @@ def render_summary(report: Report) -> str:
         return "\n".join(lines)
     objs = ", ".join(f"{o.direction} {o.metric}" for o in report.config.objectives)
     how = report.method.split(":")[0]
-    lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs); * = recommended ({how})")
+    lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs, samples/s over every "
+                 f"run of its batch size, any lr: step_runs); * = recommended ({how})")
     lines.append(render_table(report))
     lines += noise_lines(report)
     if report.confirmation is not None:
