@@ -17,16 +17,19 @@
             (duration_s - timed_s); a skipped trial costs nothing. The objectives scored are those
             of configs/quickstart.yaml as shipped (--objectives).
 
-hv_frac      hypervolume of the found front / the full grid's (objectives scaled to [0, 1] by the
-             full grid's feasible ranges; reference point -0.1)
-hv_frac pooled
-             the same ratio with every point's samples/s replaced by the median of all runs of its
-             batch size (at every learning rate: the step's work does not depend on it), in the
-             found set and in the grid alike. The plain score's grid front holds points that are on
-             it only because one reading came out high (synthetic grid, batch 32: 7600 samples/s at
-             lr 0.0025 against 6240-6962 at the other five, runs 5794-7970), which a search hits by
-             luck; searches still see and decide on each point's own noisy reading. A found set is
-             part of the grid, so neither score exceeds 1.
+hv_frac      hypervolume of the configs a search found / the full grid's, each config scored at
+             the best estimate of its truth: val_acc its point's median of 3 runs, samples/s the
+             median of all runs of its batch size (every learning rate: the step's work does not
+             depend on it; the script checks that on each grid, "samples/s vs learning rate").
+             Objectives scaled to [0, 1] by the full grid's feasible ranges; reference point -0.1.
+             This is also what a search reports: its front pools samples/s over every run of the
+             same step (tune_batch.points). A found set is part of the grid: never above 1.
+hv_frac single reading
+             the same ratio with each point's own median of 3 as its samples/s, in the found set
+             and the grid alike (the headline until 2026-12-01). Its grid front holds points that
+             are on it only because one reading came out high (synthetic grid, batch 32: 7600
+             samples/s at lr 0.0025 against 6240-6962 at the other five, runs 5794-7970), which a
+             search hits by luck.
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
 both scores are printed. Four grids: quickstart, synthetic (small CNNs, SGD), mlp (an MLP on
@@ -157,6 +160,36 @@ class Replay:
         return sum(self.lookup(b, lr)[1] for (b, lr) in self.by_point)
 
 
+def lr_effect(table: dict, perms: int = 2000, seed: int = 0) -> dict[int, tuple[float, float]]:
+    """Does the learning rate change samples/s? Per batch size: (p-value, largest deviation of a
+    learning rate's mean from the batch size's mean, relative). A permutation test within each
+    measuring round (the grid measured every point once per round, interleaved, so a round is a
+    block: the host's drift between rounds is not the learning rate's), statistic the spread of
+    the per-learning-rate means."""
+    import random
+
+    rng = random.Random(seed)
+    by: dict[int, list[list[float]]] = {}
+    for r in table["records"]:
+        if r["status"] == "ok" and r.get("samples_per_s_runs"):
+            by.setdefault(r["params"]["batch_size"], []).append(r["samples_per_s_runs"])
+
+    def spread(rounds: list[list[float]]) -> tuple[float, list[float]]:
+        means = [statistics.fmean(rd[i] for rd in rounds) for i in range(len(rounds[0]))]
+        grand = statistics.fmean(means)
+        return sum((m - grand) ** 2 for m in means), means
+
+    out = {}
+    for b, runs in sorted(by.items()):
+        n = min(len(v) for v in runs)
+        rounds = [[v[j] for v in runs] for j in range(n)]  # round j: one run of every learning rate
+        obs, means = spread(rounds)
+        hits = sum(spread([rng.sample(rd, len(rd)) for rd in rounds])[0] >= obs for _ in range(perms))
+        grand = statistics.fmean(means)
+        out[b] = ((hits + 1) / (perms + 1), max(abs(m / grand - 1) for m in means))
+    return out
+
+
 def pooled_hypervolume(rp: Replay, records: list, metrics: list[str], directions: list[str],
                        bounds: list[tuple[float, float]]) -> float:
     """Hypervolume of the feasible ``records`` with each one's samples/s replaced by its batch
@@ -283,6 +316,13 @@ def replay(args: argparse.Namespace) -> None:
             cases.append((g, cap_name, hv_full, full_cost, n_grid, hv_pooled))
             tasks += [(g, cap, bounds, name, frac, max(2, round(frac * n_grid)), seed)
                       for frac in fracs for name in args.samplers for seed in range(args.seeds)]
+    low = 0
+    for name, table in zip(args.tables, tables):
+        eff = lr_effect(table)
+        low += sum(1 for p, _ in eff.values() if p < 0.05)
+        print(f"samples/s vs learning rate, {Path(name).name}: " + ", ".join(
+            f"batch {b} p={p:.2f} (largest lr mean {d:+.1%} off)" for b, (p, d) in eff.items()))
+    print(f"  {low} of {sum(len(lr_effect(t)) for t in tables)} batch sizes below p=0.05 (chance gives about 1 in 20)")
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.tables, objectives)) as pool:
         outs = list(pool.map(_one, tasks, chunksize=4))
@@ -291,13 +331,14 @@ def replay(args: argparse.Namespace) -> None:
     for c, (g, cap_name, hv_full, full_cost, n_grid, hv_pooled) in enumerate(cases):
         rows: dict[tuple[str, float], list[tuple[float, float, float]]] = {}
         for task, (hv, cost, hvn) in zip(tasks[c * per_case:(c + 1) * per_case], outs[c * per_case:(c + 1) * per_case]):
-            rows.setdefault((task[3], task[4]), []).append((hv / hv_full, cost / full_cost, hvn / hv_pooled))
+            # (best-estimate score, compute, single-reading score)
+            rows.setdefault((task[3], task[4]), []).append((hvn / hv_pooled, cost / full_cost, hv / hv_full))
         table = tables[g]
         print(f"\ngrid {Path(args.tables[g]).name} ({n_grid} points, {table['config']['name']}, measured on "
-              f"{table['machine']['device']}), cap {cap_name}: full-grid hypervolume {hv_full:.4f} "
-              f"(samples/s pooled per batch size: {hv_pooled:.4f})")
+              f"{table['machine']['device']}), cap {cap_name}: full-grid hypervolume {hv_pooled:.4f} "
+              f"(single readings: {hv_full:.4f})")
         print(f"{'sampler':11s} " + " ".join(f"{f'{f:.0%} hv_frac [q25,q75]':>26s}" for f in fracs)
-              + f" {'compute_25':>10s} {'25% pooled':>10s}")
+              + f" {'compute_25':>10s} {'25% single':>10s}")
         for name in args.samplers:
             cells = []
             for f in fracs:
@@ -316,7 +357,8 @@ def replay(args: argparse.Namespace) -> None:
 def _summary(args: argparse.Namespace, cases: list, med: dict) -> None:
     default = args.default_sampler
     keys = [(g, cap) for g, cap, *_ in cases]
-    for col, label in ((0, "hv_frac"), (2, "hv_frac pooled")):
+    labels = ((0, "hv_frac (samples/s pooled per batch size)"), (2, "hv_frac single reading"))
+    for col, label in labels:
         print(f"\n{label} at 25 % of the grid, median over {args.seeds} seeds, per grid and cap "
               "(worst case decides the default):")
         for name in args.samplers:
@@ -325,15 +367,18 @@ def _summary(args: argparse.Namespace, cases: list, med: dict) -> None:
                   f"({', '.join(f'{v:.2f}' for v in vals)})")
     d = [med[(g, cap, default, 0.25)] for g, cap in keys]
     r = [med[(g, cap, "random", 0.25)] for g, cap in keys]
-    for col, label in ((0, "hv_frac"), (2, "hv_frac pooled")):
-        losses = [f"grid {g} cap {cap}" for (g, cap), dv, rv in zip(keys, d, r) if dv[col] <= rv[col]]
-        print(f"default ({default}), {label}: beats random in {len(keys) - len(losses)} of {len(keys)} cases"
-              + (f"; loses or ties in: {', '.join(losses)}" if losses else ""))
+    for col, label in labels:
+        ties = [f"grid {g} cap {cap}" for (g, cap), dv, rv in zip(keys, d, r) if round(dv[col], 3) == round(rv[col], 3)]
+        losses = [f"grid {g} cap {cap} ({dv[col]:.3f} vs {rv[col]:.3f})" for (g, cap), dv, rv in zip(keys, d, r)
+                  if round(dv[col], 3) < round(rv[col], 3)]
+        print(f"default ({default}), {label}: beats random in {len(keys) - len(losses) - len(ties)} of {len(keys)} "
+              f"cases" + (f"; ties in: {', '.join(ties)}" if ties else "")
+              + (f"; loses in: {', '.join(losses)}" if losses else ""))
     print(f"RESULT hv_frac_25={statistics.median(x[0] for x in d):.4f} hv_frac_25_worst={min(x[0] for x in d):.4f} "
           f"random_hv_frac_25_worst={min(x[0] for x in r):.4f} compute_frac={statistics.median(x[1] for x in d):.4f} "
-          f"pooled_hv_frac_25={statistics.median(x[2] for x in d):.4f} "
-          f"pooled_hv_frac_25_worst={min(x[2] for x in d):.4f} "
-          f"random_pooled_hv_frac_25_worst={min(x[2] for x in r):.4f}")
+          f"single_hv_frac_25={statistics.median(x[2] for x in d):.4f} "
+          f"single_hv_frac_25_worst={min(x[2] for x in d):.4f} "
+          f"random_single_hv_frac_25_worst={min(x[2] for x in r):.4f}")
 
 
 def main() -> None:

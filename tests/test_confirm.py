@@ -111,6 +111,12 @@ def test_the_prediction_pools_the_searchs_noise_scale() -> None:
     assert by[1]["predicted_s"] == pytest.approx(3200 * 0.75 * 13 / 12 / 500)
     assert pred["within_1_5x"] == "2 of 2"
     assert "B_noise 192 over 3 trials" in render_summary(report)
+    # another learning rate at batch 64 read 1400 samples/s: the prediction divides by the step's
+    # mean (1200), not by trial 0's own reading
+    slow_lr = _rec(4, 1400, 0.50, b=64, lr=0.001)
+    report = decide(tiny_config(objectives=OBJ), [*short, slow_lr, failed, *runs])
+    by = {x["trial_id"]: x for x in report.confirmation.to_dict()["prediction"]["confirmed"]}
+    assert by[0]["predicted_s"] == pytest.approx(2400 * 4 / 3 / 1200)
 
 
 def test_nothing_learned_is_said_and_not_recommended() -> None:

@@ -129,6 +129,7 @@ class Confirmation:
     failed: list[TrialResult] = field(default_factory=list)
     noise_scale: float | None = None  # the search's B_noise (search_noise_scale), for the prediction
     noise_scale_trials: int = 0
+    step_sps: dict[tuple, float] = field(default_factory=dict)  # step_key -> mean samples/s of the short runs
 
     @property
     def best(self) -> Candidate | None:
@@ -185,7 +186,19 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
     tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
     length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
-    return Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs))
+    return Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), step_sps(short_runs))
+
+
+def step_sps(records: Sequence[TrialResult]) -> dict[tuple, float]:
+    """Mean samples/s of the ok short runs per step (points.step_key: every learning rate of a
+    batch size does the same work): the throughput a prediction divides by."""
+    from tune_batch.points import step_key
+
+    by: dict[tuple, list[float]] = {}
+    for r in records:
+        if r.status is Status.OK and r.metrics.samples_per_s:
+            by.setdefault(step_key(r), []).append(r.metrics.samples_per_s)
+    return {k: statistics.fmean(v) for k, v in by.items()}
 
 
 def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, int]:
@@ -209,10 +222,11 @@ def _e_min(c: Candidate, b_noise: float | None) -> float | None:
     return c.samples_to_target / (1.0 + c.trial.params.batch_size / b_noise)
 
 
-def predict_time(trial: TrialResult, e_min: float, b_noise: float | None) -> float | None:
+def predict_time(trial: TrialResult, e_min: float, b_noise: float | None,
+                 sps: float | None = None) -> float | None:
     """Predicted training seconds to the target of a config: E_min x (1 + B / B_noise) samples
-    at its measured samples/s."""
-    sps = trial.metrics.samples_per_s
+    at ``sps`` (default: the trial's own samples/s)."""
+    sps = sps or trial.metrics.samples_per_s
     if not b_noise or not sps:
         return None
     return e_min * (1.0 + trial.params.batch_size / b_noise) / sps
@@ -222,17 +236,23 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
     """Time to target predicted from the gradient noise scale: for each confirmed candidate from
     the other candidates (leave one out: predicted against measured), and for ``others`` (e.g.
     the unconfirmed front) from all of them."""
+    from tune_batch.points import step_key
+
     b_noise = conf.noise_scale
+
+    def sps(t: TrialResult) -> float | None:  # its step's mean over the short runs, else its own reading
+        return conf.step_sps.get(step_key(t))
+
     e = {c.trial.trial_id: _e_min(c, b_noise) for c in conf.candidates}
     checked = []
     for c in conf.candidates:
         rest = [v for k, v in e.items() if k != c.trial.trial_id and v is not None]
-        pred = predict_time(c.trial, statistics.median(rest), b_noise) if rest else None
+        pred = predict_time(c.trial, statistics.median(rest), b_noise, sps(c.trial)) if rest else None
         checked.append({"trial_id": c.trial.trial_id, "predicted_s": pred, "measured_s": c.time_to_target_s,
                         "ratio": pred / c.time_to_target_s if pred and c.time_to_target_s else None})
     every = [v for v in e.values() if v is not None]
     confirmed = {c.trial.trial_id for c in conf.candidates}
-    unconfirmed = {str(t.trial_id): predict_time(t, statistics.median(every), b_noise) for t in others
+    unconfirmed = {str(t.trial_id): predict_time(t, statistics.median(every), b_noise, sps(t)) for t in others
                    if t.trial_id not in confirmed} if every else {}
     ratios = [x["ratio"] for x in checked if x["ratio"] is not None]
     return {"confirmed": checked, "unconfirmed": unconfirmed, "grad_noise_scale": b_noise,
@@ -240,7 +260,7 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
             "within_1_5x": f"{sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)} of {len(ratios)}",
             "model": "samples to target = E_min x (1 + batch_size / B_noise); B_noise = mean tr(Sigma) / mean |G|^2 "
                      "over the search's trials; E_min from the other confirmed candidates (median); "
-                     "time = samples / the trial's samples_per_s"}
+                     "time = samples / samples_per_s of its step (mean over the search's runs of its batch size, any lr)"}
 
 
 def lines(conf: Confirmation) -> list[str]:
