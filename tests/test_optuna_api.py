@@ -197,3 +197,28 @@ def test_a_skipped_proposal_uses_no_trial_of_the_budget() -> None:
     optimize(study, objective, 4)
     frees = sum(bool(r.info.free_skip) for r in objective.records)
     assert frees == FREE_SKIPS_IN_A_ROW and budget_used(objective.records) == 4
+
+
+def test_the_sampler_is_told_each_steps_mean_throughput() -> None:
+    """Samples/s belongs to the step, not to the learning rate: the sampler is told the mean over
+    every run of the trial's step so far (Policy.told); the record and the trial's user
+    attributes keep the trial's own reading."""
+    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
+
+    cfg = tiny_config(space={"batch_size": [32, 64]}, objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}])
+    readings = {(32, 0.01): 1000.0, (32, 0.05): 1400.0, (64, 0.01): 3000.0}
+
+    def runner(config, params, *, trial_id, extra, run_dir):  # a lookup of measured readings
+        sps = readings[(params.batch_size, round(params.lr, 4))]
+        return TrialResult(trial_id, params, Status.OK, info=TrialInfo(train_s=1.0),
+                           metrics=Metrics(samples_per_s=sps, val_acc=0.5 + params.lr, peak_mem_bytes=1))
+
+    study = optuna.create_study(directions=cfg.directions, sampler=optuna.samplers.RandomSampler(seed=0))
+    for b, lr in readings:
+        study.enqueue_trial({"batch_size": b, "lr": lr, "num_gpus": 1})
+    objective = tune_batch.optuna.Objective(cfg, runner=runner)
+    study.optimize(objective, n_trials=3)
+    told = [t.values for t in study.get_trials()]
+    assert told[0] == [1000.0, 0.51] and told[1] == [pytest.approx(1200.0), 0.55] and told[2] == [3000.0, 0.51]
+    assert study.get_trials()[1].user_attrs["metrics"]["samples_per_s"] == 1400.0
+    assert [r.metrics.samples_per_s for r in objective.records] == [1000.0, 1400.0, 3000.0]

@@ -82,6 +82,10 @@ def test_four_trial_search_end_to_end_with_oom_infeasible(tmp_path: Path, monkey
             assert t.constraints["0"] > 0  # infeasible (memory), never an error
         else:
             assert t.system_attrs["constraints"] == [0.0, 0.0, 0.0]
+    # every ok trial is batch 16: each was told the mean samples/s of the ok trials so far
+    readings = [r["metrics"]["samples_per_s"] for r in recs if r["status"] == "ok"]
+    told = [by_number[r["trial_id"]].values[0] for r in recs if r["status"] == "ok"]
+    assert told == pytest.approx([sum(readings[:k + 1]) / (k + 1) for k in range(len(readings))])
 
     pareto = json.loads((run / "pareto.json").read_text())
     front_ids = {t["trial_id"] for t in pareto["trials"]}

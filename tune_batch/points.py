@@ -94,6 +94,33 @@ def step_groups(groups: dict[object, list[TrialResult]]) -> dict[tuple, list[Tri
     return out
 
 
+class StepMeans:
+    """What the sampler is told of a trial's step-work objectives: the mean over every ok run of
+    its step seen so far (searched trials and repeats; confirmation runs train differently), not
+    its one reading. Replayed on the four measured grids, this raised GP's worst case at 25 % of
+    a grid on the mlp grid from 0.95 to 0.98 and lowered none (scripts/bench_search.py)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, dict[str, list[float]]] = {}
+
+    def observe(self, r: TrialResult) -> None:
+        if r.status is not Status.OK or r.info.confirm_of is not None:
+            return
+        seen = self._seen.setdefault(step_key(r), {})
+        for m in STEP_WORK:
+            v = r.metrics.value(m)
+            if v is not None and math.isfinite(v):
+                seen.setdefault(m, []).append(v)
+
+    def told(self, r: TrialResult) -> TrialResult:
+        """``r`` with its step-work metrics replaced by its step's means (``r`` observed first)."""
+        seen = self._seen.get(step_key(r)) if r.status is Status.OK else None
+        if not seen:
+            return r
+        means = {m: statistics.fmean(v) for m, v in seen.items() if r.metrics.value(m) is not None}
+        return r.replace(metrics=r.metrics.with_(**means))
+
+
 def _values(runs: Sequence[TrialResult], metric: str) -> list[float]:
     return [v for r in runs if (v := r.metrics.value(metric)) is not None and math.isfinite(v)]
 

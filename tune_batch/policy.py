@@ -2,7 +2,8 @@
 
 A config that breaks the batch rules, or that the memory feasibility model says cannot fit,
 is recorded as ``skipped`` (infeasible, zero compute) without training. Measurement
-(``trial``) never decides this; the backends ask :meth:`Policy.skip` first.
+(``trial``) never decides this; the backends ask :meth:`Policy.skip` first. The policy also
+keeps what a result is told to the sampler as (:meth:`Policy.told`: throughput per step).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from tune_batch import space as space_mod
 from tune_batch.config import Config
 from tune_batch.oom import MemoryFit, cap_bytes, fit_memory
+from tune_batch.points import StepMeans
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
 
 
@@ -52,6 +54,11 @@ class FeasibilityModel:
 
     def fit(self, num_gpus: int = 1) -> MemoryFit | None:
         return fit_memory(self._points.get(num_gpus, []))
+
+    def told(self, result: TrialResult) -> TrialResult:
+        """``result`` as the sampler is told it (observe it first): its samples/s and other
+        step-work objectives are its step's mean over the results seen (points.StepMeans)."""
+        return self.steps.told(result)
 
     def skip_reason(self, params: Params) -> str | None:
         """Why ``params`` cannot fit (and need not be run), or None."""
@@ -109,14 +116,21 @@ class Policy:
                             if config.resources.feasibility_model and config.train.accumulation != "auto" else None)
         self.divergence = DivergenceModel() if config.resources.feasibility_model else None
         self._skips_in_a_row = 0
+        self.steps = StepMeans()
         for result in seen:
             self.observe(result)
 
     def observe(self, result: TrialResult) -> None:
+        self.steps.observe(result)
         if self.feasibility is not None:
             self.feasibility.observe(result)
         if self.divergence is not None:
             self.divergence.observe(result)
+
+    def told(self, result: TrialResult) -> TrialResult:
+        """``result`` as the sampler is told it (observe it first): its samples/s and other
+        step-work objectives are its step's mean over the results seen (points.StepMeans)."""
+        return self.steps.told(result)
 
     def skip_reason(self, params: Params) -> str | None:
         """Why ``params`` are not to be run, or None. Batch-rule reasons start with "space:",

@@ -86,10 +86,12 @@ def answer(config: Config, result: TrialResult, floor: list[float] | None = None
     return objectives.values(config, result)
 
 
-def tell(study: optuna.Study, trial: optuna.Trial, config: Config, result: TrialResult) -> None:
-    """Annotate ``trial`` and tell ``study`` its outcome (COMPLETE, or FAIL)."""
+def tell(study: optuna.Study, trial: optuna.Trial, config: Config, result: TrialResult,
+         told: TrialResult | None = None) -> None:
+    """Annotate ``trial`` with ``result`` and tell ``study`` its outcome (COMPLETE, or FAIL), the
+    values from ``told`` when given (Policy.told: the same result, throughput as its step's mean)."""
     annotate(trial, result)
-    values = answer(config, result, None if result.status is Status.OK else feasible_floor(study))
+    values = answer(config, told or result, None if result.status is Status.OK else feasible_floor(study))
     if values is None:
         study.tell(trial, None, state=optuna.trial.TrialState.FAIL)
     else:

@@ -94,7 +94,8 @@ class Objective:
         if self.progress:
             self.progress.finished(result)
         floor = None if result.status is Status.OK else seam.feasible_floor(trial.study)
-        return seam.answer(self.config, result, floor)  # None: Optuna records a FAIL
+        # told: throughput as its step's mean so far (Policy.told); the record keeps the reading
+        return seam.answer(self.config, self.policy.told(result), floor)  # None: Optuna records a FAIL
 
 
 def optimize(study: optuna.Study, objective: Objective, trials: int, callbacks: Sequence[Callable[..., None]] = (),

@@ -62,6 +62,6 @@ class ConstrainedOptunaSearch(OptunaSearch):
         record = TrialResult.from_record(json.loads(result["tb_record"]))  # type: ignore[index]
         self.policy.observe(record)
         try:
-            seam.tell(self._ot_study, ot_trial, self.tb_config, record)
+            seam.tell(self._ot_study, ot_trial, self.tb_config, record, told=self.policy.told(record))
         finally:
             self._completed_trials.add(trial_id)
