@@ -15,7 +15,9 @@
             Continuous learning rates are snapped to the nearest grid value (in log space).
             A point whose measured peak exceeds the cap is an `oom` trial costing its set-up time
             (duration_s - timed_s); a skipped trial costs nothing. The objectives scored are those
-            of configs/quickstart.yaml as shipped (--objectives).
+            of configs/quickstart.yaml as shipped (--objectives). As in a search, the sampler is
+            told each trial's samples/s as the mean over the runs of its batch size so far
+            (Policy.told), the record keeps the point's own reading.
 
 hv_frac      hypervolume of the configs a search found / the full grid's, each config scored at
              the best estimate of its truth: val_acc its point's median of 3 runs, samples/s the
