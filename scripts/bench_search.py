@@ -323,7 +323,7 @@ def replay(args: argparse.Namespace) -> None:
         eff = lr_effect(table)
         low += sum(1 for p, _ in eff.values() if p < 0.05)
         print(f"samples/s vs learning rate, {Path(name).name}: " + ", ".join(
-            f"batch {b} p={p:.2f} (largest lr mean {d:+.1%} off)" for b, (p, d) in eff.items()))
+            f"batch {b} p={p:.2f} (lr means within {d:.1%})" for b, (p, d) in eff.items()))
     print(f"  {low} of {sum(len(lr_effect(t)) for t in tables)} batch sizes below p=0.05 (chance gives about 1 in 20)")
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.tables, objectives)) as pool:

@@ -54,8 +54,9 @@ def pareto_payload(report: Report) -> dict[str, object]:
 
 
 def _front_entry(report: Report, r: TrialResult) -> dict[str, object]:
-    """A front trial's record, its metrics replaced by the means over the config's runs with
-    ``<metric>_ci`` (95 % half-width, null where the noise is unknown) beside each objective."""
+    """A front trial's record, its metrics replaced by the means over the config's runs (its
+    step's for STEP_WORK) with ``<metric>_ci`` (95 % half-width, null where the noise is
+    unknown) beside each objective."""
     rec = r.to_record()
     point = report.points.get(r.trial_id)
     metrics = dict(rec["metrics"])

@@ -44,8 +44,8 @@ class Report:
     confirm_runs: list[TrialResult] = field(default_factory=list)
 
     def stat(self, r: TrialResult, metric: str) -> tuple[float | None, float | None]:
-        """(mean over the config's runs, 95 % half-width) of a metric; the trial's own value
-        when the config has no statistics."""
+        """(mean over the config's runs, over its step's for STEP_WORK, 95 % half-width) of a
+        metric; the trial's own value when the config has no statistics."""
         p = self.points.get(r.trial_id)
         if p is not None and metric in p.mean:
             return p.mean[metric], p.ci.get(metric)
@@ -234,7 +234,8 @@ def _fmt_stat(report: Report, r: TrialResult, metric: str) -> str:
 
 
 def render_table(report: Report) -> str:
-    """The front as a text table (means over each config's runs +- 95 % half-widths, and the
+    """The front as a text table (means over each config's runs, samples/s over its step's,
+    +- 95 % half-widths, and the
     number of runs), the recommended row marked with '*'."""
     metrics = report.config.metric_names
     shown = [*metrics, *(["peak_mem_bytes"] if "peak_mem_bytes" not in metrics else [])]
