@@ -88,6 +88,9 @@ def test_throughput_pools_over_every_learning_rate_of_a_batch_size(tmp_path: Pat
     assert a.mean["val_acc"] == 0.95 and b.mean["val_acc"] == 0.80  # accuracy stays the config's own
     assert "1 step(s) measured more than once" in report.noise["samples_per_s"].how
     assert {r.trial_id for r in report.front} == {0, 2}
+    from tune_batch.report import tradeoffs
+
+    assert tradeoffs(report, recs[1], recs[0])[0] == "the same samples/s (the same step, another learning rate)"
     write_files(report, tmp_path)
     pareto = json.loads((tmp_path / "pareto.json").read_text())
     entry = next(t for t in pareto["trials"] if t["trial_id"] == 0)

@@ -15,7 +15,7 @@ from tune_batch.confirm import lines as confirm_lines
 from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
 from tune_batch.pareto import KNEE_METHOD, Prefer, choose, hypervolume, noisy_non_dominated, normalise, within_noise
-from tune_batch.points import NoiseLevel, Point, group_runs, noise_levels, points
+from tune_batch.points import NoiseLevel, Point, group_runs, noise_levels, points, step_key
 from tune_batch.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
@@ -71,7 +71,9 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
         return ["recommended"]
     out = []
     (a_s, a_sc), (b_s, b_sc) = report.stat(point, "samples_per_s"), report.stat(rec, "samples_per_s")
-    if a_s and b_s:
+    if step_key(point) == step_key(rec):  # one throughput, measured by both: no ratio to state
+        out.append("the same samples/s (the same step, another learning rate)")
+    elif a_s and b_s:
         ratio = a_s / b_s
         rel = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) * ratio if (a_sc or b_sc) else None
         out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({'faster' if ratio >= 1 else 'slower'} per epoch)")
