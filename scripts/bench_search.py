@@ -318,13 +318,12 @@ def replay(args: argparse.Namespace) -> None:
             cases.append((g, cap_name, hv_full, full_cost, n_grid, hv_pooled))
             tasks += [(g, cap, bounds, name, frac, max(2, round(frac * n_grid)), seed)
                       for frac in fracs for name in args.samplers for seed in range(args.seeds)]
-    low = 0
-    for name, table in zip(args.tables, tables):
-        eff = lr_effect(table)
-        low += sum(1 for p, _ in eff.values() if p < 0.05)
+    effects = [lr_effect(table) for table in tables]
+    for name, eff in zip(args.tables, effects):
         print(f"samples/s vs learning rate, {Path(name).name}: " + ", ".join(
-            f"batch {b} p={p:.2f} (lr means within {d:.1%})" for b, (p, d) in eff.items()))
-    print(f"  {low} of {sum(len(lr_effect(t)) for t in tables)} batch sizes below p=0.05 (chance gives about 1 in 20)")
+            f"batch {b} p={p:.2f} (each lr's mean within {d:.1%} of the batch size's)" for b, (p, d) in eff.items()))
+    low = sum(1 for eff in effects for p, _ in eff.values() if p < 0.05)
+    print(f"  {low} of {sum(len(eff) for eff in effects)} batch sizes below p=0.05 (chance gives about 1 in 20)")
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.tables, objectives)) as pool:
         outs = list(pool.map(_one, tasks, chunksize=4))
