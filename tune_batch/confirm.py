@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tune_batch.config import Config
+from tune_batch.points import StepMeans
 from tune_batch.records import Params, Status, TrialResult
 
 TARGET_METRIC = "val_acc"
@@ -129,7 +130,7 @@ class Confirmation:
     failed: list[TrialResult] = field(default_factory=list)
     noise_scale: float | None = None  # the search's B_noise (search_noise_scale), for the prediction
     noise_scale_trials: int = 0
-    step_sps: dict[tuple, float] = field(default_factory=dict)  # step_key -> mean samples/s of the short runs
+    steps: StepMeans | None = None  # StepMeans of the short runs: the samples/s a prediction divides by
 
     @property
     def best(self) -> Candidate | None:
@@ -186,19 +187,10 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
     tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
     length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
-    return Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), step_sps(short_runs))
-
-
-def step_sps(records: Sequence[TrialResult]) -> dict[tuple, float]:
-    """Mean samples/s of the ok short runs per step (points.step_key: every learning rate of a
-    batch size does the same work): the throughput a prediction divides by."""
-    from tune_batch.points import step_key
-
-    by: dict[tuple, list[float]] = {}
-    for r in records:
-        if r.status is Status.OK and r.metrics.samples_per_s:
-            by.setdefault(step_key(r), []).append(r.metrics.samples_per_s)
-    return {k: statistics.fmean(v) for k, v in by.items()}
+    steps = StepMeans()
+    for r in short_runs:
+        steps.observe(r)
+    return Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps)
 
 
 def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, int]:
@@ -236,12 +228,10 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
     """Time to target predicted from the gradient noise scale: for each confirmed candidate from
     the other candidates (leave one out: predicted against measured), and for ``others`` (e.g.
     the unconfirmed front) from all of them."""
-    from tune_batch.points import step_key
-
     b_noise = conf.noise_scale
 
     def sps(t: TrialResult) -> float | None:  # its step's mean over the short runs, else its own reading
-        return conf.step_sps.get(step_key(t))
+        return (conf.steps.told(t) if conf.steps is not None else t).metrics.samples_per_s
 
     e = {c.trial.trial_id: _e_min(c, b_noise) for c in conf.candidates}
     checked = []

@@ -55,11 +55,6 @@ class FeasibilityModel:
     def fit(self, num_gpus: int = 1) -> MemoryFit | None:
         return fit_memory(self._points.get(num_gpus, []))
 
-    def told(self, result: TrialResult) -> TrialResult:
-        """``result`` as the sampler is told it (observe it first): its samples/s and other
-        step-work objectives are its step's mean over the results seen (points.StepMeans)."""
-        return self.steps.told(result)
-
     def skip_reason(self, params: Params) -> str | None:
         """Why ``params`` cannot fit (and need not be run), or None."""
         n, per_worker = params.num_gpus, params.per_worker_batch

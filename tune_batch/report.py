@@ -237,8 +237,7 @@ def _fmt_stat(report: Report, r: TrialResult, metric: str) -> str:
 
 def render_table(report: Report) -> str:
     """The front as a text table (means over each config's runs, samples/s over its step's,
-    +- 95 % half-widths, and the
-    number of runs), the recommended row marked with '*'."""
+    +- 95 % half-widths, and the numbers of runs), the recommended row marked with '*'."""
     metrics = report.config.metric_names
     shown = [*metrics, *(["peak_mem_bytes"] if "peak_mem_bytes" not in metrics else [])]
     cols = ["", "trial", *PARAM_COLUMNS, *shown, "runs", "step_runs"]
