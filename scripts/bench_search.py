@@ -3,7 +3,7 @@
 --measure   trains every point of a config's grid for real (every batch size x a log grid of
             learning rates, num_gpus 1), --repeats times interleaved, and stores the median record
             of each point with the machine in --table. Minutes on the 2-core machine: a script,
-            not a test. Four grids are committed under benchmarks/ (<name>_grid.json, each with
+            not a test. Five grids are committed under benchmarks/ (<name>_grid.json, each with
             its config <name>_grid.yaml but the quickstart's, configs/quickstart.yaml).
 (default)   replays searches against the tables: a trial's result is looked up, not trained,
             through tune_batch's own Objective (policy, feasibility model, Optuna seam). Samplers:
@@ -34,9 +34,11 @@ hv_frac single reading
              search hits by luck.
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
-both scores are printed. Four grids: quickstart, synthetic (small CNNs, SGD), mlp (an MLP on
-digits), and adam (a small CNN with Adam), the last measured only after the default was chosen
-on the other three, as a held-out check.
+both scores are printed, and the default against random search paired over seeds (both start
+from the same random proposals), with a sign-flip test per case. Five grids: quickstart,
+synthetic (small CNNs, SGD), mlp (an MLP on digits), adam (a small CNN with Adam), and mlp_adam
+(an MLP with Adam on synthetic images); adam was measured only after the default was chosen on
+the other three, and mlp_adam only after gp became the default (2026-12-01): held-out checks.
 
 Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
@@ -329,6 +331,7 @@ def replay(args: argparse.Namespace) -> None:
         outs = list(pool.map(_one, tasks, chunksize=4))
     per_case = len(fracs) * len(args.samplers) * args.seeds
     med: dict[tuple[int, str, str, float], tuple[float, float, float]] = {}
+    per_seed: dict[tuple[int, str, str, float], list[float]] = {}  # best-estimate score, in seed order
     for c, (g, cap_name, hv_full, full_cost, n_grid, hv_pooled) in enumerate(cases):
         rows: dict[tuple[str, float], list[tuple[float, float, float]]] = {}
         for task, (hv, cost, hvn) in zip(tasks[c * per_case:(c + 1) * per_case], outs[c * per_case:(c + 1) * per_case]):
@@ -345,17 +348,52 @@ def replay(args: argparse.Namespace) -> None:
             for f in fracs:
                 got = rows[(name, f)]
                 hvs = [h for h, _, _ in got]
+                per_seed[(g, cap_name, name, f)] = hvs
                 q = statistics.quantiles(hvs, n=4) if len(hvs) > 1 else [hvs[0]] * 3
                 med[(g, cap_name, name, f)] = (statistics.median(hvs), statistics.median(c for _, c, _ in got),
                                                statistics.median(n for _, _, n in got))
                 cells.append(f"{statistics.median(hvs):.3f} [{q[0]:.3f},{q[2]:.3f}]")
             m25 = med[(g, cap_name, name, 0.25)]
             print(f"{name:11s} " + " ".join(f"{c:>26s}" for c in cells) + f" {m25[1]:10.3f} {m25[2]:10.3f}")
-    _summary(args, cases, med)
+    _summary(args, cases, med, per_seed)
     print(f"replay took {time.time() - t0:.0f} s")
 
 
-def _summary(args: argparse.Namespace, cases: list, med: dict) -> None:
+def paired_p(a: list[float], b: list[float], perms: int = 20000, seed: int = 0) -> tuple[float, float]:
+    """(mean of a - b, two-sided p-value) over paired seeds: a sign-flip permutation test. Both
+    samplers of one seed start from the same random proposals (Optuna's model-based samplers
+    start with a RandomSampler of their seed), so the seed is the pair."""
+    import random
+
+    d = [x - y for x, y in zip(a, b)]
+    obs = abs(sum(d))
+    if obs == 0:
+        return 0.0, 1.0
+    rng = random.Random(seed)
+    hits = sum(abs(sum(v if rng.random() < 0.5 else -v for v in d)) >= obs - 1e-12 for _ in range(perms))
+    return sum(d) / len(d), (hits + 1) / (perms + 1)
+
+
+def _versus_random(default: str, keys: list, per_seed: dict) -> None:
+    """The default against random search, case by case, paired over seeds (best-estimate score)."""
+    if "random" not in {k[2] for k in per_seed} or default == "random":
+        return
+    wins, losses, within = 0, [], []
+    for g, cap in keys:
+        mean_d, p = paired_p(per_seed[(g, cap, default, 0.25)], per_seed[(g, cap, "random", 0.25)])
+        if p < 0.05 and mean_d > 0:
+            wins += 1
+        elif p < 0.05:
+            losses.append(f"grid {g} cap {cap} (mean {mean_d:+.3f}, p={p:.3f})")
+        else:
+            within.append(f"grid {g} cap {cap} ({mean_d:+.3f}, p={p:.2f})")
+    print(f"default ({default}) vs random, paired over seeds (sign-flip test, mean hv_frac difference): above "
+          f"beyond seed noise (p<0.05) in {wins} of {len(keys)} cases; below beyond noise in {len(losses)}"
+          + (f": {', '.join(losses)}" if losses else "")
+          + (f"; within noise in {len(within)}: {', '.join(within)}" if within else ""))
+
+
+def _summary(args: argparse.Namespace, cases: list, med: dict, per_seed: dict) -> None:
     default = args.default_sampler
     keys = [(g, cap) for g, cap, *_ in cases]
     labels = ((0, "hv_frac (samples/s pooled per batch size)"), (2, "hv_frac single reading"))
@@ -375,6 +413,7 @@ def _summary(args: argparse.Namespace, cases: list, med: dict) -> None:
         print(f"default ({default}), {label}: beats random in {len(keys) - len(losses) - len(ties)} of {len(keys)} "
               f"cases" + (f"; ties in: {', '.join(ties)}" if ties else "")
               + (f"; loses in: {', '.join(losses)}" if losses else ""))
+    _versus_random(default, keys, per_seed)
     print(f"RESULT hv_frac_25={statistics.median(x[0] for x in d):.4f} hv_frac_25_worst={min(x[0] for x in d):.4f} "
           f"random_hv_frac_25_worst={min(x[0] for x in r):.4f} compute_frac={statistics.median(x[1] for x in d):.4f} "
           f"single_hv_frac_25={statistics.median(x[2] for x in d):.4f} "
@@ -391,7 +430,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="measurements of each grid point (--measure); median kept")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / f"{g}_grid.json")
-                                                     for g in ("quickstart", "synthetic", "mlp", "adam")],
+                                                     for g in ("quickstart", "synthetic", "mlp", "adam", "mlp_adam")],
                     help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
     ap.add_argument("--objectives", default="samples_per_s,val_acc",
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")

@@ -7,8 +7,8 @@ trial's timed blocks (within one window; smaller than run-to-run), or it is unkn
 
 Throughput and the other step-work metrics (``STEP_WORK``) do not depend on the learning rate:
 a step at lr 0.001 does the same arithmetic as one at lr 0.1 (scripts/bench_search.py checks
-it on the four measured grids, 3 runs at each of 6 learning rates per batch size: a permutation
-test within each measuring round gives p < 0.05 in 2 of 20 batch sizes, chance level). So every run of the
+it on the five measured grids, 3 runs at each of 6 learning rates per batch size: a permutation
+test within each measuring round gives p < 0.05 in 3 of 25 batch sizes, about chance). So every run of the
 same step (``step_key``: batch size, GPUs, precision, micro-batching, device, the user's extra
 parameters) pools into one mean: a config is not put on the front by a lucky throughput
 reading, and configs that do the same work show the same samples/s.
@@ -97,8 +97,8 @@ def step_groups(groups: dict[object, list[TrialResult]]) -> dict[tuple, list[Tri
 class StepMeans:
     """What the sampler is told of a trial's step-work objectives: the mean over every ok run of
     its step seen so far (searched trials and repeats; confirmation runs train differently), not
-    its one reading. Replayed on the four measured grids, this raised GP's worst case at 25 % of
-    a grid on the mlp grid from 0.95 to 0.98 and lowered none (scripts/bench_search.py)."""
+    its one reading. Replayed on the four grids measured then, this raised GP's 25 %-of-the-grid
+    score on the mlp grid at 20 % over from 0.95 to 0.98 and lowered none (scripts/bench_search.py)."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple, dict[str, list[float]]] = {}
