@@ -227,3 +227,32 @@ def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower
     assert est.trace_sigma == pytest.approx(1.0, rel=0.5)
     clear = _product_estimate(5.0, 0.1, 4, seed=1, fixed=True)  # a clear signal: it stops at the 4 asked for
     assert clear.batches == 4 and not clear.lower_bound
+
+
+def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained() -> None:
+    from tune_batch.files import pareto_payload
+    from tune_batch.report import render_table
+
+    cfg = tiny_config(objectives=OBJ)
+    # at the short budget batch 16 is the more accurate by less than the noise and half as fast
+    # beyond it: batch 64 dominates it there. At length batch 16 reaches the target first.
+    short = [_rec(0, 1000, 0.90, b=64), _rec("0s1", 1010, 0.80, b=64, repeat_of=0, seed=1),
+             _rec("0s2", 990, 0.85, b=64, repeat_of=0, seed=2),
+             _rec(1, 500, 0.95, b=16), _rec("1s1", 510, 0.85, b=16, repeat_of=1, seed=1),
+             _rec("1s2", 490, 0.90, b=16, repeat_of=1, seed=2)]
+    assert [r.trial_id for r in decide(cfg, short).front] == [0]
+    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
+            _rec("1c0", 500, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
+    report = decide(cfg, short + runs)
+    assert report.recommended.trial_id == 1 and [r.trial_id for r in report.front] == [0]
+    rows = render_table(report).splitlines()
+    assert rows[-1].split()[:2] == ["*!", "1"]  # shown, last, marked: not a row the reader must look for
+    note = next(n for n in report.notes if "not on the short-budget front" in n)
+    assert "trial(s) 0 better beyond noise in samples_per_s and worse beyond it in nothing" in note, note
+    payload = pareto_payload(report)
+    assert payload["recommended_on_front"] is False and payload["recommended"]["trial_id"] == 1
+    # on the front: no such note, and the flag says so
+    on = decide(cfg, short + [runs[0]])
+    assert on.recommended.trial_id == 0 and pareto_payload(on)["recommended_on_front"] is True
+    assert not any("not on the short-budget front" in n for n in on.notes)
+    assert "*!" not in render_table(on)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from tune_batch.config import Config
 from tune_batch.confirm import confirm
+from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
 from tune_batch.pareto import Prefer
 from tune_batch.records import TrialResult
@@ -56,6 +57,32 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     return out[:n]
 
 
+def off_front_note(report: Report, rec: TrialResult) -> str | None:
+    """Why a confirmed recommendation is not on the short-budget front (None when it is): the
+    front points better than it beyond noise in some objective and worse in none there."""
+    if any(r.trial_id == rec.trial_id for r in report.front):
+        return None
+    metrics, directions = report.config.metric_names, report.config.directions
+
+    def better(a: TrialResult, b: TrialResult) -> list[str]:  # objectives where a beats b beyond noise
+        out = []
+        for m, d in zip(metrics, directions):
+            (va, ca), (vb, cb) = report.stat(a, m), report.stat(b, m)
+            if va is not None and vb is not None and (beyond(va, vb, ca, cb) if d == "maximize" else beyond(vb, va, cb, ca)):
+                out.append(m)
+        return out
+
+    by: dict[tuple[str, ...], list[str]] = {}  # objectives -> the front trials better in them
+    for f in report.front:
+        ms = better(f, rec)
+        if ms and not better(rec, f):
+            by.setdefault(tuple(ms), []).append(str(f.trial_id))
+    why = "; ".join(f"trial(s) {', '.join(ids)} better beyond noise in {', '.join(ms)} and worse beyond it in nothing"
+                    for ms, ids in by.items()) or "dominated there"
+    return (f"the recommended trial {rec.trial_id} is not on the short-budget front ({why}, after "
+            f"{report.config.budget.train_samples} samples per trial); trained at length it reached the target first")
+
+
 def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
            prefer: Prefer = None) -> Report:
     """The report, its recommendation from the confirmation runs when there are any (and the
@@ -92,6 +119,9 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     method = (f"time_to_target: first to reach val_acc {conf.target:.3f} in confirmation runs of "
               f"{conf.train_samples:.0f} samples")
     report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
+    off = off_front_note(report, best.trial)
+    if off:
+        report.notes.append(off)
     cap = cap_bytes(config.resources.device_memory, None)
     report.tradeoffs.update({r.trial_id: tradeoffs(report, r, best.trial, cap) for r in report.front})
     return report

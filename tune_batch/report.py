@@ -237,13 +237,19 @@ def _fmt_stat(report: Report, r: TrialResult, metric: str) -> str:
 
 def render_table(report: Report) -> str:
     """The front as a text table (means over each config's runs, samples/s over its step's,
-    +- 95 % half-widths, and the numbers of runs), the recommended row marked with '*'."""
+    +- 95 % half-widths, and the numbers of runs), the recommended row marked with '*'; a
+    recommendation from confirmation runs that is not on the short-budget front is the last row,
+    marked '*!'."""
     metrics = report.config.metric_names
     shown = [*metrics, *(["peak_mem_bytes"] if "peak_mem_bytes" not in metrics else [])]
     cols = ["", "trial", *PARAM_COLUMNS, *shown, "runs", "step_runs"]
     rows = []
-    for r in sorted(report.front, key=lambda r: (r.params.num_gpus, r.params.batch_size, r.params.lr)):
-        mark = "*" if r is report.recommended else ""
+    shown_trials = sorted(report.front, key=lambda r: (r.params.num_gpus, r.params.batch_size, r.params.lr))
+    rec = report.recommended
+    if rec is not None and all(r.trial_id != rec.trial_id for r in report.front):
+        shown_trials.append(rec)  # chosen at length, off the short-budget front: shown last, marked
+    for r in shown_trials:
+        mark = ("*" if r in report.front else "*!") if r is rec else ""
         p, point = r.params, report.points.get(r.trial_id)
         rows.append([mark, str(r.trial_id), _fmt(p.batch_size, "batch_size"), _fmt(p.lr, "lr"),
                      _fmt(p.num_gpus, "num_gpus"), *(_fmt_stat(report, r, m) for m in shown),
@@ -288,7 +294,9 @@ def render_summary(report: Report) -> str:
     objs = ", ".join(f"{o.direction} {o.metric}" for o in report.config.objectives)
     how = report.method.split(":")[0]
     lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs, samples/s over every "
-                 f"run of its batch size, any lr: step_runs); * = recommended ({how})")
+                 f"run of its batch size, any lr: step_runs); * = recommended ({how})"
+                 + ("; *! = recommended, not on the short-budget front" if report.recommended is not None
+                    and report.recommended not in report.front else ""))
     lines.append(render_table(report))
     lines += noise_lines(report)
     if report.confirmation is not None:
