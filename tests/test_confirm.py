@@ -231,6 +231,7 @@ def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower
 
 def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained() -> None:
     from tune_batch.files import pareto_payload
+    from tune_batch.frames import to_frame
     from tune_batch.report import render_table
 
     cfg = tiny_config(objectives=OBJ)
@@ -251,6 +252,10 @@ def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained()
     assert "trial(s) 0 better beyond noise in samples_per_s and worse beyond it in nothing" in note, note
     payload = pareto_payload(report)
     assert payload["recommended_on_front"] is False and payload["recommended"]["trial_id"] == 1
+    frame = to_frame(short + runs, report).set_index("trial_id")  # results.csv's columns
+    assert frame.loc["1", "recommended"] and not frame.loc["1", "on_front"]
+    assert frame.loc["0", "on_front"] and not frame.loc["0", "recommended"]
+    assert not frame.loc["1s1", "recommended"] and not frame.loc["0c0", "on_front"]  # runs of a config, not configs
     # on the front: no such note, and the flag says so
     on = decide(cfg, short + [runs[0]])
     assert on.recommended.trial_id == 0 and pareto_payload(on)["recommended_on_front"] is True

@@ -38,6 +38,10 @@ def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
         out["step_runs"] = point.step_runs if point is not None else None  # samples/s: every run of the step
         for m in report.config.metric_names:
             out[f"{m}_mean"], out[f"{m}_ci"] = report.stat(r, m) if point is not None else (None, None)
+        # the searched trial's row only (a repeat or confirmation run is a run of it, not a config)
+        out["on_front"] = r.searched and any(f.trial_id == r.trial_id for f in report.front)
+        out["recommended"] = (r.searched and report.recommended is not None
+                              and report.recommended.trial_id == r.trial_id)
     out["duration_s"] = r.duration_s
     out.update({k: r.info.get(k) for k in INFO_COLUMNS})
     return out
@@ -46,7 +50,9 @@ def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
 def to_frame(records: Sequence[TrialResult], report: Report | None = None) -> Any:
     """The records as a DataFrame (pandas is imported here, not by ``import tune_batch``); with
     the run's report, each objective's mean over the config's runs, its 95 % half-width and the
-    number of runs as ``<metric>_mean``, ``<metric>_ci`` and ``runs``."""
+    number of runs as ``<metric>_mean``, ``<metric>_ci`` and ``runs``, and whether the trial is
+    on the front (``on_front``) and the recommended one (``recommended``: with confirmation it
+    can be off the front)."""
     import pandas as pd
 
     rows = [_row(r, report) for r in records]
