@@ -119,6 +119,21 @@ def test_the_prediction_pools_the_searchs_noise_scale() -> None:
     assert by[0]["predicted_s"] == pytest.approx(2400 * 4 / 3 / 1200)
 
 
+def test_a_prediction_from_a_disturbed_throughput_says_so() -> None:
+    from tune_batch.confirm import predictions
+
+    cfg = tiny_config(objectives=OBJ)
+    gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
+    short = [_rec(0, 1000, 0.90, b=64, **gns), _rec(1, 600, 0.95, b=32, **gns),
+             _rec(2, 90, 0.93, b=16, disturbed=True, others_cpu_frac=0.5, **gns)]
+    runs = [_rec(f"{t}c0", 1000, 0.97, b=b, confirm_of=t, curve=_curve([0.5, 0.96, 0.97], step_s=s))
+            for t, b, s in ((0, 64, 1.0), (1, 32, 1.2), (2, 16, 0.9))]
+    report = decide(cfg, short + runs)
+    checked = {x["trial_id"]: x for x in predictions(report.confirmation, [])["confirmed"]}
+    assert checked[2]["disturbed_throughput"] and not checked[0]["disturbed_throughput"]
+    assert "trial 2" in render_summary(report) and "(its samples/s only from disturbed windows)" in render_summary(report)
+
+
 def test_nothing_learned_is_said_and_not_recommended() -> None:
     cfg = tiny_config(objectives=OBJ)
     # accuracy at the majority-class rate (0.1 of 300 validation samples): nothing learned

@@ -102,6 +102,31 @@ def test_throughput_pools_over_every_learning_rate_of_a_batch_size(tmp_path: Pat
     assert report.points[0].mean["samples_per_s"] == 1000 and report.points[1].step_runs == 1
 
 
+def test_a_disturbed_reading_does_not_set_its_steps_throughput() -> None:
+    from tune_batch.points import StepMeans
+
+    def disturbed(r: TrialResult) -> TrialResult:
+        return r.replace(info=r.info.with_(disturbed=True, others_cpu_frac=0.53))
+
+    # batch 16's second config was timed while another process took half the CPU (337 samples/s):
+    # that measured the contention, not the step, and must not push the config off the front
+    recs = [_rec(0, 2800, 0.90, b=16, lr=0.01), disturbed(_rec(1, 337, 0.97, b=16, lr=0.1)),
+            _rec(2, 6000, 0.60, b=64), _rec(3, 6100, 0.62, b=64, lr=0.05)]
+    report = build_report(_cfg(), recs)
+    assert report.points[1].mean["samples_per_s"] == 2800 and report.points[1].step_runs == 1
+    assert {r.trial_id for r in report.front} == {1, 3}  # 1 is the most accurate, at its step's speed
+    steps = StepMeans()
+    for r in recs:
+        steps.observe(r)
+    assert steps.told(recs[1]).metrics.samples_per_s == 2800 and not steps.only_disturbed(recs[1])
+    # a step with no undisturbed reading keeps its disturbed ones, and says so
+    alone = disturbed(_rec(4, 400, 0.9, b=32))
+    steps.observe(alone)
+    assert steps.told(alone).metrics.samples_per_s == 400 and steps.only_disturbed(alone)
+    report = build_report(_cfg(), [*recs, alone])
+    assert report.points[4].mean["samples_per_s"] == 400
+
+
 def test_no_recommendation_far_below_the_best_accuracy_unless_faster_beyond_noise() -> None:
     cfg = _cfg()
     # the knee (trial 1) is 0.08 below the best accuracy and only 1.05x faster, inside the noise

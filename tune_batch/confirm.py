@@ -238,8 +238,11 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
     for c in conf.candidates:
         rest = [v for k, v in e.items() if k != c.trial.trial_id and v is not None]
         pred = predict_time(c.trial, statistics.median(rest), b_noise, sps(c.trial)) if rest else None
+        # its step's only throughput readings were taken while another process used the machine
+        disturbed = conf.steps.only_disturbed(c.trial) if conf.steps is not None else bool(c.trial.info.disturbed)
         checked.append({"trial_id": c.trial.trial_id, "predicted_s": pred, "measured_s": c.time_to_target_s,
-                        "ratio": pred / c.time_to_target_s if pred and c.time_to_target_s else None})
+                        "ratio": pred / c.time_to_target_s if pred and c.time_to_target_s else None,
+                        "disturbed_throughput": disturbed})
     every = [v for v in e.values() if v is not None]
     confirmed = {c.trial.trial_id for c in conf.candidates}
     unconfirmed = {str(t.trial_id): predict_time(t, statistics.median(every), b_noise, sps(t)) for t in others
@@ -280,6 +283,7 @@ def lines(conf: Confirmation) -> list[str]:
                    f"({'the short trials ranked these candidates as the long runs did' if conf.agreement == 1 else 'the short trials alone would have ranked them differently'})")
     pred = predictions(conf, [])
     shown = [f"trial {x['trial_id']} {x['predicted_s']:.2f} s vs {x['measured_s']:.2f} s"
+             + (" (its samples/s only from disturbed windows)" if x["disturbed_throughput"] else "")
              for x in pred["confirmed"] if x["ratio"] is not None]
     if shown:
         out.append(f"  time to target predicted from the search's gradient noise scale (B_noise "

@@ -86,11 +86,15 @@ def step_key(r: TrialResult) -> tuple:
 
 
 def step_groups(groups: dict[object, list[TrialResult]]) -> dict[tuple, list[TrialResult]]:
-    """Step key -> every ok run (of every config) with that step."""
+    """Step key -> the ok runs (of every config) with that step. A step's disturbed runs (another
+    process used the machine during the window) are left out when it has undisturbed ones: they
+    measured the contention, not the step."""
     out: dict[tuple, list[TrialResult]] = {}
     for runs in groups.values():
         for r in runs:
             out.setdefault(step_key(r), []).append(r)
+    for k, v in out.items():
+        out[k] = [r for r in v if not r.info.disturbed] or v
     return out
 
 
@@ -101,20 +105,27 @@ class StepMeans:
     score on the mlp grid at 20 % over from 0.95 to 0.98 and lowered none (scripts/bench_search.py)."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple, dict[str, list[float]]] = {}
+        self._seen: dict[tuple[tuple, bool], dict[str, list[float]]] = {}  # (step, disturbed) -> values
 
     def observe(self, r: TrialResult) -> None:
         if r.status is not Status.OK or r.info.confirm_of is not None:
             return
-        seen = self._seen.setdefault(step_key(r), {})
+        seen = self._seen.setdefault((step_key(r), bool(r.info.disturbed)), {})
         for m in STEP_WORK:
             v = r.metrics.value(m)
             if v is not None and math.isfinite(v):
                 seen.setdefault(m, []).append(v)
 
+    def only_disturbed(self, r: TrialResult) -> bool:
+        """Whether every reading of ``r``'s step so far was disturbed (then they are used)."""
+        key = step_key(r)
+        return (key, False) not in self._seen and (key, True) in self._seen
+
     def told(self, r: TrialResult) -> TrialResult:
-        """``r`` with its step-work metrics replaced by its step's means (``r`` observed first)."""
-        seen = self._seen.get(step_key(r)) if r.status is Status.OK else None
+        """``r`` with its step-work metrics replaced by its step's means (``r`` observed first):
+        over its undisturbed runs, or its disturbed ones when it has no other (step_groups)."""
+        key = step_key(r)
+        seen = (self._seen.get((key, False)) or self._seen.get((key, True))) if r.status is Status.OK else None
         if not seen:
             return r
         means = {m: statistics.fmean(v) for m, v in seen.items() if r.metrics.value(m) is not None}
