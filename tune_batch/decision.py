@@ -57,10 +57,11 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     return out[:n]
 
 
-def off_front_note(report: Report, rec: TrialResult) -> str | None:
+def off_front_note(report: Report) -> str | None:
     """Why a confirmed recommendation is not on the short-budget front (None when it is): the
     front points better than it beyond noise in some objective and worse in none there."""
-    if any(r.trial_id == rec.trial_id for r in report.front):
+    rec = report.recommended
+    if rec is None or report.recommended_on_front is not False:
         return None
     metrics, directions = report.config.metric_names, report.config.directions
 
@@ -119,7 +120,7 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     method = (f"time_to_target: first to reach val_acc {conf.target:.3f} in confirmation runs of "
               f"{conf.train_samples:.0f} samples")
     report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
-    off = off_front_note(report, best.trial)
+    off = off_front_note(report)
     if off:
         report.notes.append(off)
     cap = cap_bytes(config.resources.device_memory, None)

@@ -39,8 +39,7 @@ def pareto_payload(report: Report) -> dict[str, object]:
         "objectives": [{"metric": o.metric, "direction": o.direction} for o in report.config.objectives],
         "recommended_trial_id": report.recommended.trial_id if report.recommended else None,
         # false when confirmation at length chose a config off the short-budget front (see notes)
-        "recommended_on_front": (any(r.trial_id == report.recommended.trial_id for r in report.front)
-                                 if report.recommended else None),
+        "recommended_on_front": report.recommended_on_front,
         "recommendation_method": report.method,
         "hypervolume": report.hypervolume,
         "hypervolume_reference": f"each objective scaled to [0, 1] over the feasible trials (1 = best); "

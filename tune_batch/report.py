@@ -43,6 +43,13 @@ class Report:
     confirmation: Any = None  # confirm.Confirmation, when confirmation runs exist
     confirm_runs: list[TrialResult] = field(default_factory=list)
 
+    @property
+    def recommended_on_front(self) -> bool | None:
+        """Whether the recommended config is on the front (a confirmed one need not be)."""
+        if self.recommended is None:
+            return None
+        return any(r.trial_id == self.recommended.trial_id for r in self.front)
+
     def stat(self, r: TrialResult, metric: str) -> tuple[float | None, float | None]:
         """(mean over the config's runs, over its step's for STEP_WORK, 95 % half-width) of a
         metric; the trial's own value when the config has no statistics."""
@@ -245,11 +252,11 @@ def render_table(report: Report) -> str:
     cols = ["", "trial", *PARAM_COLUMNS, *shown, "runs", "step_runs"]
     rows = []
     shown_trials = sorted(report.front, key=lambda r: (r.params.num_gpus, r.params.batch_size, r.params.lr))
-    rec = report.recommended
-    if rec is not None and all(r.trial_id != rec.trial_id for r in report.front):
+    rec, on_front = report.recommended, report.recommended_on_front
+    if rec is not None and not on_front:
         shown_trials.append(rec)  # chosen at length, off the short-budget front: shown last, marked
     for r in shown_trials:
-        mark = ("*" if r in report.front else "*!") if r is rec else ""
+        mark = ("*" if on_front else "*!") if r is rec else ""
         p, point = r.params, report.points.get(r.trial_id)
         rows.append([mark, str(r.trial_id), _fmt(p.batch_size, "batch_size"), _fmt(p.lr, "lr"),
                      _fmt(p.num_gpus, "num_gpus"), *(_fmt_stat(report, r, m) for m in shown),
@@ -295,8 +302,7 @@ def render_summary(report: Report) -> str:
     how = report.method.split(":")[0]
     lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs, samples/s over every "
                  f"run of its batch size, any lr: step_runs); * = recommended ({how})"
-                 + ("; *! = recommended, not on the short-budget front" if report.recommended is not None
-                    and report.recommended not in report.front else ""))
+                 + ("; *! = recommended, not on the short-budget front" if report.recommended_on_front is False else ""))
     lines.append(render_table(report))
     lines += noise_lines(report)
     if report.confirmation is not None:
