@@ -130,7 +130,7 @@ class Confirmation:
     failed: list[TrialResult] = field(default_factory=list)
     noise_scale: float | None = None  # the search's B_noise (search_noise_scale), for the prediction
     noise_scale_trials: int = 0
-    steps: StepMeans | None = None  # StepMeans of the short runs: the samples/s a prediction divides by
+    steps: StepMeans = field(default_factory=StepMeans)  # of the short runs: the samples/s a prediction divides by
 
     @property
     def best(self) -> Candidate | None:
@@ -214,11 +214,9 @@ def _e_min(c: Candidate, b_noise: float | None) -> float | None:
     return c.samples_to_target / (1.0 + c.trial.params.batch_size / b_noise)
 
 
-def predict_time(trial: TrialResult, e_min: float, b_noise: float | None,
-                 sps: float | None = None) -> float | None:
+def predict_time(trial: TrialResult, e_min: float, b_noise: float | None, sps: float | None) -> float | None:
     """Predicted training seconds to the target of a config: E_min x (1 + B / B_noise) samples
-    at ``sps`` (default: the trial's own samples/s)."""
-    sps = sps or trial.metrics.samples_per_s
+    at ``sps`` samples/s."""
     if not b_noise or not sps:
         return None
     return e_min * (1.0 + trial.params.batch_size / b_noise) / sps
@@ -231,7 +229,7 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
     b_noise = conf.noise_scale
 
     def sps(t: TrialResult) -> float | None:  # its step's mean over the short runs, else its own reading
-        return (conf.steps.told(t) if conf.steps is not None else t).metrics.samples_per_s
+        return conf.steps.told(t).metrics.samples_per_s
 
     e = {c.trial.trial_id: _e_min(c, b_noise) for c in conf.candidates}
     checked = []
@@ -239,7 +237,7 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
         rest = [v for k, v in e.items() if k != c.trial.trial_id and v is not None]
         pred = predict_time(c.trial, statistics.median(rest), b_noise, sps(c.trial)) if rest else None
         # its step's only throughput readings were taken while another process used the machine
-        disturbed = conf.steps.only_disturbed(c.trial) if conf.steps is not None else bool(c.trial.info.disturbed)
+        disturbed = conf.steps.only_disturbed(c.trial)
         checked.append({"trial_id": c.trial.trial_id, "predicted_s": pred, "measured_s": c.time_to_target_s,
                         "ratio": pred / c.time_to_target_s if pred and c.time_to_target_s else None,
                         "disturbed_throughput": disturbed})

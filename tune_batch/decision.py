@@ -8,13 +8,13 @@ the confirmation stage trains (the same function, so a resumed search picks the 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from tune_batch.config import Config
 from tune_batch.confirm import confirm
-from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
-from tune_batch.pareto import Prefer
+from tune_batch.pareto import Prefer, better_beyond
 from tune_batch.records import TrialResult
 from tune_batch.repeats import candidates
 from tune_batch.report import Report, build_report, latest_per_trial, tradeoffs
@@ -65,19 +65,17 @@ def off_front_note(report: Report) -> str | None:
         return None
     metrics, directions = report.config.metric_names, report.config.directions
 
-    def better(a: TrialResult, b: TrialResult) -> list[str]:  # objectives where a beats b beyond noise
-        out = []
-        for m, d in zip(metrics, directions):
-            (va, ca), (vb, cb) = report.stat(a, m), report.stat(b, m)
-            if va is not None and vb is not None and (beyond(va, vb, ca, cb) if d == "maximize" else beyond(vb, va, cb, ca)):
-                out.append(m)
-        return out
+    def stats(r: TrialResult) -> tuple[list[float], list[float | None]]:
+        pairs = [report.stat(r, m) for m in metrics]
+        return [v if v is not None else math.nan for v, _ in pairs], [c for _, c in pairs]
 
     by: dict[tuple[str, ...], list[str]] = {}  # objectives -> the front trials better in them
+    rv, rc = stats(rec)
     for f in report.front:
-        ms = better(f, rec)
-        if ms and not better(rec, f):
-            by.setdefault(tuple(ms), []).append(str(f.trial_id))
+        fv, fc = stats(f)
+        ms = tuple(metrics[k] for k in better_beyond(fv, rv, fc, rc, directions))
+        if ms and not better_beyond(rv, fv, rc, fc, directions):
+            by.setdefault(ms, []).append(str(f.trial_id))
     why = "; ".join(f"trial(s) {', '.join(ids)} better beyond noise in {', '.join(ms)} and worse beyond it in nothing"
                     for ms, ids in by.items()) or "dominated there"
     return (f"the recommended trial {rec.trial_id} is not on the short-budget front ({why}, after "

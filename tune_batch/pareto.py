@@ -44,15 +44,21 @@ def noisy_non_dominated(values: Sequence[Sequence[float]], cis: Sequence[Sequenc
     """Indices of the points that no other point dominates beyond noise: j dominates i when j is
     better than i beyond their combined half-widths in one objective and i is better than j
     beyond them in none. Points within noise of each other in every objective both stay."""
-    pts = [[-v for v in to_minimize(p, directions)] for p in values]  # larger is better
-    finite = [i for i, p in enumerate(pts) if all(math.isfinite(v) for v in p)]
+    finite = [i for i, p in enumerate(values) if all(math.isfinite(v) for v in p)]
 
     def dominated_by(i: int, j: int) -> bool:
-        pairs = list(zip(pts[i], pts[j], cis[i], cis[j]))
-        return (any(beyond(b, a, cb, ca) for a, b, ca, cb in pairs)
-                and not any(beyond(a, b, ca, cb) for a, b, ca, cb in pairs))
+        return (bool(better_beyond(values[j], values[i], cis[j], cis[i], directions))
+                and not better_beyond(values[i], values[j], cis[i], cis[j], directions))
 
     return [i for i in finite if not any(dominated_by(i, j) for j in finite if j != i)]
+
+
+def better_beyond(a: Sequence[float], b: Sequence[float], ci_a: Sequence[float | None],
+                  ci_b: Sequence[float | None], directions: Sequence[str]) -> list[int]:
+    """Indices of the objectives in which ``a`` is better than ``b`` by more than their combined
+    half-widths."""
+    ga, gb = ([-v for v in to_minimize(p, directions)] for p in (a, b))  # larger is better
+    return [k for k, (x, y, cx, cy) in enumerate(zip(ga, gb, ci_a, ci_b)) if beyond(x, y, cx, cy)]
 
 
 def within_noise(a: Sequence[float], b: Sequence[float], ci_a: Sequence[float | None],

@@ -93,9 +93,12 @@ def step_groups(groups: dict[object, list[TrialResult]]) -> dict[tuple, list[Tri
     for runs in groups.values():
         for r in runs:
             out.setdefault(step_key(r), []).append(r)
-    for k, v in out.items():
-        out[k] = [r for r in v if not r.info.disturbed] or v
-    return out
+    return {k: undisturbed(v) for k, v in out.items()}
+
+
+def undisturbed(runs: list[TrialResult]) -> list[TrialResult]:
+    """The runs of one step that measure it: the undisturbed ones, or all when none is."""
+    return [r for r in runs if not r.info.disturbed] or runs
 
 
 class StepMeans:
@@ -105,31 +108,24 @@ class StepMeans:
     score on the mlp grid at 20 % over from 0.95 to 0.98 and lowered none (scripts/bench_search.py)."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[tuple, bool], dict[str, list[float]]] = {}  # (step, disturbed) -> values
+        self._seen: dict[tuple, list[TrialResult]] = {}  # step key -> its ok runs so far
 
     def observe(self, r: TrialResult) -> None:
-        if r.status is not Status.OK or r.info.confirm_of is not None:
-            return
-        seen = self._seen.setdefault((step_key(r), bool(r.info.disturbed)), {})
-        for m in STEP_WORK:
-            v = r.metrics.value(m)
-            if v is not None and math.isfinite(v):
-                seen.setdefault(m, []).append(v)
+        if r.status is Status.OK and r.info.confirm_of is None:
+            self._seen.setdefault(step_key(r), []).append(r)
 
     def only_disturbed(self, r: TrialResult) -> bool:
         """Whether every reading of ``r``'s step so far was disturbed (then they are used)."""
-        key = step_key(r)
-        return (key, False) not in self._seen and (key, True) in self._seen
+        runs = self._seen.get(step_key(r), [])
+        return bool(runs) and all(x.info.disturbed for x in runs)
 
     def told(self, r: TrialResult) -> TrialResult:
         """``r`` with its step-work metrics replaced by its step's means (``r`` observed first):
-        over its undisturbed runs, or its disturbed ones when it has no other (step_groups)."""
-        key = step_key(r)
-        seen = (self._seen.get((key, False)) or self._seen.get((key, True))) if r.status is Status.OK else None
-        if not seen:
-            return r
-        means = {m: statistics.fmean(v) for m, v in seen.items() if r.metrics.value(m) is not None}
-        return r.replace(metrics=r.metrics.with_(**means))
+        over the runs that measure the step (``undisturbed``, as the front pools them)."""
+        runs = undisturbed(self._seen.get(step_key(r), [])) if r.status is Status.OK else []
+        means = {m: statistics.fmean(v) for m in STEP_WORK
+                 if r.metrics.value(m) is not None and (v := _values(runs, m))}
+        return r.replace(metrics=r.metrics.with_(**means)) if means else r
 
 
 def _values(runs: Sequence[TrialResult], metric: str) -> list[float]:
