@@ -9,7 +9,7 @@ from tests.conftest import tiny_config
 from tune_batch.errors import RunDirError
 from tune_batch.files import write_files
 from tune_batch.frames import to_frame
-from tune_batch.records import TrialResult
+from tune_batch.records import Status, TrialResult
 from tune_batch.report import build_report
 from tune_batch.results import RunDir, load_records
 
@@ -46,6 +46,14 @@ def test_lines_that_are_not_trial_records_are_reported_and_skipped(tmp_path: Pat
     recs, warnings = load_records(run.trials_path)
     assert [r.trial_id for r in recs] == [0]
     assert len(warnings) == 3 and all("not a trial record" in w for w in warnings)
+    # an `ok` record with a NaN metric (a trial never writes one: a NaN loss is `diverged`) is not ok
+    nan = {**_rec(1).to_record(), "metrics": {**_rec(1).to_record()["metrics"], "val_acc": float("nan")}}
+    with run.trials_path.open("a") as f:
+        f.write(json.dumps(nan) + "\n")
+    recs, warnings = load_records(run.trials_path)
+    assert [(r.trial_id, r.status) for r in recs] == [(0, Status.OK), (1, Status.FAILED)]
+    assert "non-finite val_acc" in warnings[-1] and "read as failed" in warnings[-1]
+    assert "non-finite val_acc" in recs[1].reason
 
 
 def test_a_different_config_is_refused_naming_the_keys(tmp_path: Path) -> None:

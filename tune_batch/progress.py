@@ -43,6 +43,11 @@ class Progress:
         if not self.quiet:
             print(text, file=self.stream, flush=True)
 
+    def warn(self, text: str) -> None:
+        """``warning: text``, also under --quiet: what it says (a record skipped, a study rebuilt,
+        a tracker that failed) is about the run's data, not its progress."""
+        print(f"warning: {text}", file=self.stream, flush=True)
+
     def repeating(self, n: int) -> None:
         """``n`` repeats of front candidates (other seeds) follow the search's trials."""
         self.total += n

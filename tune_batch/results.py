@@ -7,8 +7,10 @@ flushed and fsynced as the trial ends), ``study.db`` (Optuna sqlite), and the re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ import yaml
 
 from tune_batch.config import Config, config_from_dict, dump_config
 from tune_batch.errors import RecordNotWritten, RunDirError
-from tune_batch.records import TrialResult
+from tune_batch.records import Status, TrialResult
 
 CONFIG_FILE = "config.yaml"
 TRIALS_FILE = "trials.jsonl"
@@ -61,10 +63,26 @@ def load_records(path: Path) -> tuple[list[TrialResult], list[str]]:
                 rec = json.loads(line)
                 if not isinstance(rec, dict):
                     raise ValueError("not an object")
-                records.append(TrialResult.from_record(rec))
+                result = TrialResult.from_record(rec)
             except ValueError as e:
                 warnings.append(f"{path.name} line {lineno} is broken and was ignored ({e})")
+                continue
+            bad = _non_finite(result)
+            if bad:  # a measured trial never writes one (a NaN loss is `diverged`): edited or damaged
+                result = dataclasses.replace(result, status=Status.FAILED,
+                                             reason=f"read back with non-finite {', '.join(bad)}: not a measurement")
+                warnings.append(f"{path.name} line {lineno}: trial {result.trial_id} is `ok` with non-finite "
+                                f"{', '.join(bad)}; read as failed (not on the front, not in the hypervolume)")
+            records.append(result)
     return records, warnings
+
+
+def _non_finite(result: TrialResult) -> list[str]:
+    """Names of the numeric metrics of an ``ok`` record that are NaN or infinite."""
+    if result.status is not Status.OK:
+        return []
+    return sorted(k for k, v in result.metrics.to_dict().items()
+                  if isinstance(v, float) and not math.isfinite(v))
 
 
 class RunDir:

@@ -126,7 +126,7 @@ def _one_worker_only(config: Config, progress: Progress) -> Config:
     """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped."""
     if all(n == 1 for n in config.space.num_gpus):
         return config
-    progress.say("warning: space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
+    progress.warn("space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
                  "trials in this process; use backend 'ray' for data-parallel trials")
     return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
 
@@ -178,7 +178,7 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
     if fresh and done:
         # study.db lost (or emptied): rebuilt from the records, so trial numbers go on after them
         n = seam.rebuild(storage, name, config, done)
-        progress.say(f"warning: the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
+        progress.warn(f"the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
                      f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
         fresh = False
     budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - budget_used(done))})
@@ -266,7 +266,7 @@ def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress:
         uri, run_id, new = log_to_mlflow(report, run_dir.path, config.search.tracking_uri)
     except Exception as e:  # the tracker's server, store or package: never the search's results
         where = config.search.tracking_uri or "the run directory's mlflow.db"
-        progress.say(f"warning: mlflow: could not log to {where}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        progress.warn(f"mlflow: could not log to {where}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
         return
     progress.say(f"mlflow: {new} record(s) sent to {uri} (experiment {config.name!r}, run {run_id}); "
                  f"to browse: mlflow ui --backend-store-uri {uri}")
@@ -284,7 +284,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     previous, warnings = run_dir.records()
     done = [r for r in latest_per_trial(previous) if r.searched]
     for w in warnings:
-        progress.say(f"warning: {w}")
+        progress.warn(w)
     progress.records = list(done)  # the front and counts include trials already finished
     if config.train.evaluate is not None and config.confirm.candidates > 0:
         progress.say("confirmation: off: it reads time to a val_acc target from the built-in evaluation, and "

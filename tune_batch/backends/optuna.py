@@ -151,7 +151,7 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
 
         warning = utilization_warning(config, torch.cuda.device_count())
         if warning:
-            progress.say(f"warning: {warning}")
+            progress.warn(warning)
         objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy, free_skips=True)
 
         def stop_if_signalled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -32,7 +32,7 @@ EXPERIMENT = "tune"
 def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], progress: Progress) -> None:
     for n in [*plan.notes, utilization_warning(config, plan.gpus)]:
         if n:
-            progress.say(f"warning: {n}")
+            progress.warn(n)
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
                        for n in plan.gpu_choices if n > 1)
     progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
