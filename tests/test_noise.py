@@ -42,6 +42,34 @@ def test_statistics() -> None:
     assert beyond(1.0, 0.5, 0.1, 0.1) and not beyond(1.0, 0.9, 0.1, 0.1)
 
 
+def test_accuracy_noise_is_pooled_as_a_share_and_read_at_each_level(tmp_path: Path) -> None:
+    """A config near 0.98 cannot move by the +- a config near 0.5 does: val_acc's seed spread is
+    pooled on asin(sqrt(p)) and each config's half-width read back at its own level."""
+    import math
+
+    from tune_batch.points import NoiseLevel
+
+    recs = [_rec(0, 1000, 0.98), _rec("0s1", 1000, 0.97, repeat_of=0, seed=1), _rec("0s2", 1000, 0.99, repeat_of=0, seed=2),
+            _rec(1, 2000, 0.50, b=64), _rec("1s1", 2000, 0.40, b=64, repeat_of=1, seed=1),
+            _rec("1s2", 2000, 0.62, b=64, repeat_of=1, seed=2)]
+    report = build_report(_cfg(), recs)
+    level = report.noise["val_acc"]
+    assert level.share and "asin(sqrt)" in level.how
+    hi, lo = report.points[0].ci["val_acc"], report.points[1].ci["val_acc"]
+    assert 0 < hi < lo / 3  # the same pooled spread is narrow at 0.98 and wide at 0.5
+    # pooled by hand on asin(sqrt(p)): t95(4) x sqrt(pooled variance)
+    a = [[math.asin(math.sqrt(v)) for v in vs] for vs in ([0.98, 0.97, 0.99], [0.50, 0.40, 0.62])]
+    ss = sum(sum((x - sum(g) / 3) ** 2 for x in g) for g in a)
+    assert level.half_width == pytest.approx(t95(4) * math.sqrt(ss / 4))
+    assert level.of(1.0, 1) <= 0.5 and 0.0 <= level.of(0.0, 1) <= 0.5  # read back inside [0, 1]
+    assert NoiseLevel(0.1, False, "", share=True).of(0.5, 4) == pytest.approx(math.sin(math.pi / 4 + 0.05) ** 2 - 0.5)
+    write_files(report, tmp_path)
+    noise = json.loads((tmp_path / "pareto.json").read_text())["noise"]["val_acc"]
+    assert noise["arcsine_half_width"] == pytest.approx(level.half_width)
+    assert noise["half_width_at"]["0.99"] < noise["half_width_at"]["0.5"]
+    assert "at 0.95" in render_summary(report)
+
+
 def test_a_difference_inside_the_noise_does_not_dominate() -> None:
     d = ["maximize", "maximize"]
     # b is worse than a in both, but by less than the noise: both stay

@@ -26,26 +26,52 @@ from tune_batch.noise import t95
 from tune_batch.records import Status, TrialResult
 
 RELATIVE = ("samples_per_s", "model_flops_per_s", "mfu")  # noise proportional to the value
+# shares in [0, 1] whose seed spread depends on their level (a config at 0.98 cannot move by
+# +-0.2; one at 0.5 can): pooled on the arcsine-square-root scale, asin(sqrt(p)), and read back
+# at each config's own level. Chosen among raw, log-odds and arcsine by the worst accuracy
+# band's coverage error on half of the 75 stored searches; scripts/bench_noise_model.py prints
+# all three on both halves (README, "Reading the front")
+SHARES = ("val_acc",)
 # properties of the step, not of the learning rate: pooled over every run of the same step
 STEP_WORK = ("samples_per_s", "model_flops_per_s", "mfu", "device_util", "peak_mem_bytes")
 
 
+def share_scale(p: float) -> float:
+    """asin(sqrt(p)): the scale a share's seed spread is pooled on (p clipped to [0, 1])."""
+    return math.asin(math.sqrt(min(max(p, 0.0), 1.0)))
+
+
+def _share(x: float) -> float:
+    return math.sin(min(max(x, 0.0), math.pi / 2)) ** 2
+
+
 @dataclass(frozen=True)
 class NoiseLevel:
-    """Half-width (95 %) of one measurement of a metric: absolute, or relative to the value."""
+    """Half-width (95 %) of one measurement of a metric: absolute, relative to the value, or on
+    the share scale (``share``: asin(sqrt(p)); its +- in the metric's units depends on the level)."""
 
     half_width: float | None
     relative: bool
     how: str
+    share: bool = False
 
     def of(self, value: float, n: int) -> float | None:
+        """The 95 % half-width of a mean of ``n`` runs at ``value``, in the metric's units (on the
+        share scale: half the width of the interval read back at ``value``, within [0, 1])."""
         if self.half_width is None:
             return None
-        return self.half_width * (abs(value) if self.relative else 1.0) / math.sqrt(max(n, 1))
+        h = self.half_width / math.sqrt(max(n, 1))
+        if self.share:
+            x = share_scale(value)
+            return (_share(x + h) - _share(x - h)) / 2
+        return h * (abs(value) if self.relative else 1.0)
 
     def to_dict(self) -> dict[str, object]:
-        key = "relative_half_width" if self.relative else "half_width"
-        return {key: self.half_width, "how": self.how}
+        key = "relative_half_width" if self.relative else "arcsine_half_width" if self.share else "half_width"
+        out: dict[str, object] = {key: self.half_width, "how": self.how}
+        if self.share and self.half_width is not None:  # what one run's +- is at a few levels, in the metric's units
+            out["half_width_at"] = {f"{p:g}": round(self.of(p, 1) or 0.0, 4) for p in (0.5, 0.8, 0.9, 0.95, 0.99)}
+        return out
 
 
 @dataclass(frozen=True)
@@ -136,21 +162,22 @@ def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]
     out = {}
     steps = step_groups(groups)
     for m in metrics:
-        rel, step = m in RELATIVE, m in STEP_WORK
+        rel, step, share = m in RELATIVE, m in STEP_WORK, m in SHARES
         ss, df, n_groups = 0.0, 0, 0
         for runs in (steps if step else groups).values():
             vals = _values(runs, m)
             if len(vals) < 2:
                 continue
             mean = statistics.fmean(vals)
-            scaled = [v / mean for v in vals] if rel and mean else vals
+            scaled = [v / mean for v in vals] if rel and mean else [share_scale(v) for v in vals] if share else vals
             ss += statistics.variance(scaled) * (len(vals) - 1)
             df += len(vals) - 1
             n_groups += 1
         if df:
             what = (f"{n_groups} step(s) measured more than once (batch sizes; any learning rate, any seed)" if step
                     else f"{n_groups} config(s) measured with several seeds")
-            out[m] = NoiseLevel(t95(df) * math.sqrt(ss / df), rel, f"run-to-run spread pooled over {what}")
+            out[m] = NoiseLevel(t95(df) * math.sqrt(ss / df), rel, f"run-to-run spread pooled over {what}"
+                                + (" on the asin(sqrt) scale" if share else ""), share)
         elif m == "samples_per_s":
             rels = [r.metrics.samples_per_s_ci / r.metrics.samples_per_s for runs in groups.values() for r in runs
                     if r.metrics.samples_per_s_ci is not None and r.metrics.samples_per_s]
@@ -158,7 +185,7 @@ def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]
                                 "scatter of the timed blocks inside one window (run-to-run noise is larger): "
                                 "no config was measured twice")
         else:
-            out[m] = NoiseLevel(None, rel, "unknown: no config was measured twice (repeats.seeds = 0)")
+            out[m] = NoiseLevel(None, rel, "unknown: no config was measured twice (repeats.seeds = 0)", share)
     return out
 
 

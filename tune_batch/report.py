@@ -274,7 +274,9 @@ def noise_lines(report: Report) -> list[str]:
         if level is None:
             continue
         size = ("unknown" if level.half_width is None else
-                f"+-{level.half_width:.1%} of the value" if level.relative else f"+-{level.half_width:.3f}")
+                f"+-{level.half_width:.1%} of the value" if level.relative else
+                "+-" + ", ".join(f"{level.of(p, 1):.3f} at {p:g}" for p in (0.5, 0.8, 0.95, 0.99)) if level.share else
+                f"+-{level.half_width:.3f}")
         lines.append(f"noise {m}: {size} per run ({level.how})")
     if report.repeats:
         spent = sum(r.duration_s for r in report.repeats)
