@@ -161,8 +161,11 @@ def _probe_extras(res: TrialResult) -> list[str]:
     if info.mfu_flag:
         lines.append(f"  warning           {info.mfu_flag}")
     if info.trace_dir and info.profile_step_s is not None:
-        lines.append(f"  trace             {info.trace_dir} (profiled steps: {info.profiled_steps}, "
-                     f"{info.profile_step_s * 1000:.2f} ms/step, {_overhead(res)})")
+        held = (f"{info.profile_active_steps} recorded in the trace, of {info.profiled_steps} run under the profiler "
+                f"(wait and warm-up not recorded)" if info.profile_active_steps is not None
+                and info.profile_active_steps != info.profiled_steps else f"{info.profiled_steps} profiled steps")
+        lines.append(f"  trace             {info.trace_dir} ({held}, {info.profile_step_s * 1000:.2f} ms/step, "
+                     f"{_overhead(res)})")
         lines += _trace_flag(res)
     elif info.profile:
         lines.append(f"  trace             {info.profile}")
