@@ -173,6 +173,14 @@ def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path:
     runs = [json.loads(line) for line in lines if json.loads(line)["info"].get("confirm_of") is not None]
     assert len(runs) == 4 and {r["info"]["seed"] for r in runs} == {0, 1}  # 2 candidates x seeds 0 and 1
     assert all(len(c["curves"]) == 2 for c in conf["candidates"])
+    import math
+
+    # every ok record, confirmation runs too, has a finite noise scale and goodput (the
+    # confirmation's, at the end of its longer training, after its last validation)
+    every = [json.loads(line) for line in lines]
+    assert all(math.isfinite(r["metrics"]["grad_noise_scale"]) and math.isfinite(r["metrics"]["goodput"])
+               for r in every if r["status"] == "ok"), [r["metrics"].get("grad_noise_scale") for r in every]
+    assert all(r["info"]["train_s"] < r["duration_s"] and r["info"]["gns_s"] > 0 for r in runs)
     # again on the same directory: nothing left to run, nothing rerun
     search(cfg, tmp_path / "run", quiet=True)
     assert len((tmp_path / "run" / "trials.jsonl").read_text().splitlines()) == len(lines)

@@ -18,8 +18,9 @@ import torch
 from tune_batch.config import Config
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
+from tune_batch.trial.gns import NoiseScale, noise_scale
 from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags
-from tune_batch.trial.run import boundary, with_accumulation
+from tune_batch.trial.run import boundary, gns_figures, with_accumulation
 from tune_batch.trial.setup import Placement, apply_memory_cap, build_net, device_name, load_data, pick_device
 
 
@@ -51,7 +52,8 @@ def eval_steps(total: int, evaluations: int) -> list[int]:
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float,
-           extra: dict[str, Any] | None, accumulation: int = 1) -> tuple[list[list[float]], float | None, int, str]:
+           extra: dict[str, Any] | None, accumulation: int = 1) -> tuple[list[list[float]], float | None, int, str,
+                                                                         NoiseScale | None]:
     ds, loader, _ = load_data(config, params, Placement(), device, extra)
     samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
@@ -75,7 +77,9 @@ def _curve(config: Config, params: Params, device: torch.device, start: float,
         check_batchnorm(model)
         acc = accuracy(model, ds.val, device, params.batch_size)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
-    return curve, chance_rate(ds.val), done, ds.description
+    # after the last validation and outside train_s, as in a trial: the curve never sees it
+    gns = noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model), config.budget.gns_batches)
+    return curve, chance_rate(ds.val), done, ds.description, gns
 
 
 def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
@@ -90,19 +94,24 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
 
     def work() -> TrialResult:
         with precision_flags(config.train.precision, device):
-            def attempt(accumulation: int) -> tuple[list[list[float]], float | None, int, str]:
+            def attempt(accumulation: int) -> tuple[list[list[float]], float | None, int, str, NoiseScale | None]:
                 apply_memory_cap(config, device)
                 return _curve(config, p, device, start, extra, accumulation)
 
-            (curve, chance, steps, data), accumulation = with_accumulation(config, p.batch_size, 1, device, attempt)
+            (curve, chance, steps, data, est), accumulation = with_accumulation(config, p.batch_size, 1, device,
+                                                                                attempt)
         samples, train_s, acc, loss = curve[-1]
-        metrics = Metrics(samples_per_s=samples / train_s if train_s > 0 else None, val_acc=acc,
-                          duration_s=time.perf_counter() - start)
+        sps = samples / train_s if train_s > 0 else None
+        # the noise scale at the end of the longer run (confirm.search_noise_scale pools the short ones only)
+        gns, eff, gns_info = gns_figures(config, p, est, train_s)
+        metrics = Metrics(samples_per_s=sps, val_acc=acc, duration_s=time.perf_counter() - start,
+                          grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None)
         info = base.with_(device=device_name(device, torch.get_num_threads()), data=data, curve=curve,
                           chance_acc=chance, steps=steps, train_samples_done=int(samples), train_s=train_s,
                           final_loss=loss, world_size=1, per_worker_batch=p.batch_size,
                           precision=config.train.precision, optimizer=config.optimizer.name,
-                          accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation))
+                          accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation)
+                          ).with_(**gns_info)
         return TrialResult(trial_id, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
 
     return boundary(p, trial_id, threads, start, base, work)

@@ -133,7 +133,7 @@ def _utilization(t: _Trained, device: torch.device) -> tuple[float | None, dict[
     return w.gpu.device_util, dict(w.gpu.telemetry())
 
 
-def _gns(config: Config, params: Params, est: NoiseScale | None,
+def gns_figures(config: Config, params: Params, est: NoiseScale | None,
          train_s: float) -> tuple[float | None, float | None, dict[str, Any]]:
     """(B_simple, the batch's statistical efficiency against the space's smallest batch, info).
     Signal not above noise in the sampled batches: B_noise beyond measure, efficiency 1 (the
@@ -171,7 +171,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     wait_frac = min(1.0, wait_s / window_s)
     verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
-    gns, eff, gns_info = _gns(config, params, t.gns, step_s * plan.total)
+    gns, eff, gns_info = gns_figures(config, params, t.gns, step_s * plan.total)
     metrics = Metrics(grad_noise_scale=gns, goodput=sps * eff if eff is not None else None, samples_per_s=sps, samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
                       model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, data_wait_frac=wait_frac,
                       timed_s=window_s, step_time_s=step_s,
