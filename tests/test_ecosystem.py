@@ -29,6 +29,10 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     assert study.user_attrs["tune_batch_recommended_trial"] == res.recommended.trial_id
     assert study.user_attrs["tune_batch_run_dir"] == str((tmp_path / "run").resolve())
     lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    attrs = study.trials[0].user_attrs  # every metric its own attribute too (one row each in optuna-dashboard)
+    assert attrs["metric:samples_per_s"] == first["metrics"]["samples_per_s"] == attrs["metrics"]["samples_per_s"]
+    assert attrs["metric:val_acc"] == first["metrics"]["val_acc"]
     frame = tune_batch.load_run(tmp_path / "run")
     assert frame.shape[0] == len(lines) == 4  # 3 trials and a repeat
     assert list(frame["kind"].astype(str)) == ["trial", "trial", "trial", "repeat"]
@@ -134,6 +138,9 @@ def test_optuna_dashboard_names_the_objectives_and_sees_the_constraints(tmp_path
         constraints = {t["params"][0]["param_external_value"]: t["constraints"] for t in detail["trials"]
                        if t["params"] and t["params"][0]["name"] == "batch_size"}
         assert constraints == {"16": [0.0, 0.0, 0.0], "32": [0.0, 0.0, 0.0], "64": [1.0, 0.0, 0.0]}
+        ok_trial = next(t for t in detail["trials"] if t["params"] and t["params"][0]["param_external_value"] == "16")
+        shown = {a["key"]: a["value"] for a in ok_trial["user_attrs"]}
+        assert shown["metric:samples_per_s"] == "640.0" and shown["status"] == "ok"  # one row per metric
         flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
                  "--virtual-time-budget=15000"]

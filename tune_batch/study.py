@@ -7,6 +7,7 @@ through :func:`annotate` and :func:`answer` (or :func:`tell`, which is both).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
@@ -43,13 +44,23 @@ def constraint_list(result: TrialResult) -> list[float]:
     return [objectives.constraints(result)[k] for k in objectives.CONSTRAINT_KEYS]
 
 
+def user_attrs(result: TrialResult) -> dict[str, Any]:
+    """A trial's user attributes: ``status``, ``reason``, ``metrics`` (every metric, one dict),
+    and each finite numeric metric again under ``metric:<name>``, so that optuna-dashboard shows
+    one row per metric instead of one long JSON string."""
+    out: dict[str, Any] = {"status": result.status.value, "reason": result.reason, "metrics": result.metrics.to_dict()}
+    for name, value in out["metrics"].items():
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            out[f"metric:{name}"] = value
+    return out
+
+
 def annotate(trial: optuna.Trial | Any, result: TrialResult) -> None:
     """Constraints (``memory``, ``space``, ``diverged``: > 0 is infeasible) and the user
-    attributes ``status``, ``reason`` and ``metrics`` of ``result`` on a running Optuna trial."""
+    attributes (``user_attrs``) of ``result`` on a running Optuna trial."""
     trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR, constraint_list(result))
-    trial.set_user_attr("status", result.status.value)
-    trial.set_user_attr("reason", result.reason)
-    trial.set_user_attr("metrics", result.metrics.to_dict())
+    for key, value in user_attrs(result).items():
+        trial.set_user_attr(key, value)
 
 
 def _worse(floor: list[float] | None, values: list[float], maximize: list[bool]) -> list[float]:
@@ -167,8 +178,7 @@ def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
                 state=optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL,
                 params={"batch_size": p.batch_size, "lr": p.lr, "num_gpus": p.num_gpus}, distributions=dists,
                 values=values, system_attrs={CONSTRAINTS_ATTR: constraint_list(r)},
-                user_attrs={"status": r.status.value, "reason": r.reason, "metrics": r.metrics.to_dict(),
-                            "rebuilt_from": "trials.jsonl"}))
+                user_attrs={**user_attrs(r), "rebuilt_from": "trials.jsonl"}))
         added += 1
     return added
 
