@@ -32,6 +32,7 @@ RELATIVE = ("samples_per_s", "model_flops_per_s", "mfu")  # noise proportional t
 # band's coverage error on half of the 75 stored searches; scripts/bench_noise_model.py prints
 # all three on both halves (README, "Reading the front")
 SHARES = ("val_acc",)
+SHOWN_LEVELS = (0.5, 0.8, 0.95, 0.99)  # where a share's +- is printed (terminal, pareto.json)
 # properties of the step, not of the learning rate: pooled over every run of the same step
 STEP_WORK = ("samples_per_s", "model_flops_per_s", "mfu", "device_util", "peak_mem_bytes")
 
@@ -70,7 +71,7 @@ class NoiseLevel:
         key = "relative_half_width" if self.relative else "arcsine_half_width" if self.share else "half_width"
         out: dict[str, object] = {key: self.half_width, "how": self.how}
         if self.share and self.half_width is not None:  # what one run's +- is at a few levels, in the metric's units
-            out["half_width_at"] = {f"{p:g}": round(self.of(p, 1) or 0.0, 4) for p in (0.5, 0.8, 0.9, 0.95, 0.99)}
+            out["half_width_at"] = {f"{p:g}": round(self.of(p, 1) or 0.0, 4) for p in SHOWN_LEVELS}
         return out
 
 

@@ -15,7 +15,7 @@ from tune_batch.confirm import lines as confirm_lines
 from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
 from tune_batch.pareto import KNEE_METHOD, Prefer, choose, hypervolume, noisy_non_dominated, normalise, within_noise
-from tune_batch.points import NoiseLevel, Point, group_runs, noise_levels, points, step_key
+from tune_batch.points import SHOWN_LEVELS, NoiseLevel, Point, group_runs, noise_levels, points, step_key
 from tune_batch.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
@@ -275,7 +275,7 @@ def noise_lines(report: Report) -> list[str]:
             continue
         size = ("unknown" if level.half_width is None else
                 f"+-{level.half_width:.1%} of the value" if level.relative else
-                "+-" + ", ".join(f"{level.of(p, 1):.3f} at {p:g}" for p in (0.5, 0.8, 0.95, 0.99)) if level.share else
+                "+-" + ", ".join(f"{level.of(p, 1):.3f} at {p:g}" for p in SHOWN_LEVELS) if level.share else
                 f"+-{level.half_width:.3f}")
         lines.append(f"noise {m}: {size} per run ({level.how})")
     if report.repeats:

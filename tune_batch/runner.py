@@ -127,7 +127,7 @@ def _one_worker_only(config: Config, progress: Progress) -> Config:
     if all(n == 1 for n in config.space.num_gpus):
         return config
     progress.warn("space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
-                 "trials in this process; use backend 'ray' for data-parallel trials")
+                  "trials in this process; use backend 'ray' for data-parallel trials")
     return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
 
 
@@ -179,7 +179,7 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         # study.db lost (or emptied): rebuilt from the records, so trial numbers go on after them
         n = seam.rebuild(storage, name, config, done)
         progress.warn(f"the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
-                     f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
+                      f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
         fresh = False
     budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - budget_used(done))})
     run_config = config.model_copy(update={"budget": budget})
