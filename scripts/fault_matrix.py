@@ -167,20 +167,23 @@ class Matrix:
         p = popen("search", str(cfg), "--output", str(run), "--quiet")
         got_one = wait_for(lambda: len(records(run)) >= 1, 240)
         session = _session_dirs_of(p.pid)
+        tree = {c.pid: (_started(c.pid), _name(c)) for c in _children(p.pid)}  # the driver's Ray processes, before the kill
         os.kill(p.pid, signal.SIGKILL)  # the driver alone, as kill -9 <pid> does
         p.wait()
         time.sleep(2)
         left = [d for d in session if Path(d).exists()]
-        agents = _processes_naming(session)
+        alive = sorted({name for pid, (t, name) in tree.items() if _started(pid) == t})
         before = len(records(run))
         again = tb("search", str(cfg), "--output", str(run), "--quiet", timeout=400)
         recs = searched(run)
         ids = [r["trial_id"] for r in recs]
-        gone = not any(Path(d).exists() for d in session) and not _processes_naming(session)
+        still = sorted({name for pid, (t, name) in tree.items() if _started(pid) == t})
+        gone = not any(Path(d).exists() for d in session) and not still
         self.add("1 SIGKILL of the driver, then the next search",
                  "stale tb-* dir and its agents swept by the next start; resume loses and duplicates nothing",
-                 f"after kill: {len(left)} session dir(s), {len(agents)} leftover Ray process(es); next run rc {again.rc}: "
-                 f"swept {'yes' if gone else 'NO'}; records {before} -> {len(recs)} for a budget of 4, ids {ids}",
+                 f"2 s after the kill: {len(left)} session dir(s), Ray processes still up: {alive or 'none'}; next run "
+                 f"rc {again.rc}: after it, dir gone {not any(Path(d).exists() for d in session)}, still up: "
+                 f"{still or 'none'}; records {before} -> {len(recs)} for a budget of 4, ids {ids}",
                  got_one and again.rc == 0 and gone and len(recs) == 4 and len(set(ids)) == 4)
 
     # -- records -----------------------------------------------------------------------------------------------
@@ -409,16 +412,19 @@ def _session_dirs_of(pid: int) -> list[str]:
     return sorted(dirs)
 
 
-def _processes_naming(dirs: list[str]) -> list[int]:
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            line = " ".join(proc.info["cmdline"] or [])
-        except psutil.Error:
-            continue
-        if any(d in line for d in dirs) and proc.pid != os.getpid():
-            found.append(proc.pid)
-    return found
+def _name(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[:40] or proc.name()
+    except psutil.Error:
+        return "?"
+
+
+def _started(pid: int) -> float | None:
+    """A process's start time: with its PID, its identity (a PID can be reused)."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def _is_json(line: str) -> bool:

@@ -24,6 +24,15 @@ def _dead_pid() -> int:
     return p.pid
 
 
+def _wait_for(pred, timeout_s: float = 10.0) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_stale_session_dirs_and_their_processes_are_swept(tmp_path: Path) -> None:
     stale, live, foreign = tmp_path / "tb-stale", tmp_path / "tb-live", tmp_path / "tb-foreign"
     for d in (stale, live, foreign):
@@ -32,15 +41,21 @@ def test_stale_session_dirs_and_their_processes_are_swept(tmp_path: Path) -> Non
     (live / OWNER).write_text(str(os.getpid()))  # this process: alive
     # a leftover process of the stale session (its command line names the session dir)
     leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", str(stale / "session")])
+    # and one like Ray's agents, which retitle themselves (ray::DashboardAgent): its command line
+    # names nothing, but it holds its log open under the session dir
+    (stale / "logs").mkdir()
+    agent = subprocess.Popen([sys.executable, "-c", "import os, time; f = open(os.environ['LOG'], 'w'); time.sleep(120)"],
+                             env={**os.environ, "LOG": str(stale / "logs" / "agent.log")})
     try:
-        time.sleep(0.2)
+        assert _wait_for(lambda: (stale / "logs" / "agent.log").exists())
         removed = sweep_stale(str(tmp_path))
         assert removed == [str(stale)]
         assert not stale.exists() and live.exists() and foreign.exists()  # no owner file: not ours to touch
-        assert leftover.wait(timeout=10) != 0  # killed
+        assert leftover.wait(timeout=10) != 0 and agent.wait(timeout=10) != 0  # both killed
     finally:
-        if leftover.poll() is None:
-            leftover.kill()
+        for p in (leftover, agent):
+            if p.poll() is None:
+                p.kill()
 
 
 def test_a_continued_search_does_not_repropose_measured_points(tmp_path: Path) -> None:

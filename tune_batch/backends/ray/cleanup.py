@@ -82,8 +82,11 @@ def _alive(pid: int) -> bool:
 
 
 def _processes_naming(path: str) -> list[int]:
-    """PIDs whose command line names ``path`` (Ray's processes carry their session dir)."""
+    """PIDs of the processes of the session in ``path``: their command line names it (raylet,
+    gcs_server), or a file they hold open is in it (Ray's agents retitle themselves, e.g.
+    ``ray::DashboardAgent``, but keep their logs under the session dir open)."""
     out = []
+    inside = os.path.realpath(path) + os.sep
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
@@ -91,8 +94,15 @@ def _processes_naming(path: str) -> list[int]:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 if path.encode() in f.read():
                     out.append(int(entry))
+                    continue
+            fds = os.listdir(f"/proc/{entry}/fd")
         except OSError:
             continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{entry}/fd/{fd}").startswith(inside):
+                    out.append(int(entry))
+                    break
     return out
 
 
