@@ -204,3 +204,26 @@ def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
     (tmp_path / "b.pt.trace.json").write_text(json.dumps(steps))  # an earlier probe's, in the same directory
     (flag,) = _trace_flag(rec(0.3, tmp_path))
     assert "holds 6 profiled step(s), this trial recorded 3" in flag
+
+
+def test_probe_profiles_unless_told_not_to_and_measuring_never_changes_training(capsys: pytest.CaptureFixture[str],
+                                                                               tmp_path: Path) -> None:
+    """A probe profiles whatever the config file says (the quickstart's says no), unless the
+    command line sets profile.enabled; with the profiler on and the window extended, val_acc and
+    the final loss are those of a probe with neither (measurement never touches training)."""
+    import yaml
+
+    from tests.conftest import tiny_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(profile={"enabled": False}, budget={"train_samples": 512}).to_dict()))
+    args = [str(cfg), "--batch-size", "32", "--lr", "0.05"]
+    code, out_a, err = _run(capsys, "probe", *args, "--set", "budget.min_window_s=1.0", "--output", str(tmp_path / "A"))
+    assert code == 0, err
+    code, out_b, err = _run(capsys, "probe", *args, "--set", "profile.enabled=false", "--set", "budget.min_window_s=0",
+                            "--output", str(tmp_path / "B"))
+    assert code == 0, err
+    (a,), (b,) = ([json.loads(x) for x in (tmp_path / d / "trials.jsonl").read_text().splitlines()] for d in "AB")
+    assert a["info"]["profile_step_s"] > 0 and a["info"]["window_extension_steps"] > 0 and "trace  " in out_a
+    assert b["info"].get("profile_step_s") is None and not b["info"].get("window_extension_steps") and "trace  " not in out_b
+    assert a["metrics"]["val_acc"] == b["metrics"]["val_acc"] and a["info"]["final_loss"] == b["info"]["final_loss"]

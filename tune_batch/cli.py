@@ -126,8 +126,10 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or not (math.isfinite(args.lr) and args.lr > 0) or args.num_gpus < 1:
         raise UserError(f"--batch-size {args.batch_size} --lr {args.lr} --num-gpus {args.num_gpus}: "
                         "need batch size >= 1, a finite lr > 0, num_gpus >= 1")
-    profile = cfg.profile.model_copy(update={"enabled": True})
-    cfg = cfg.model_copy(update={"profile": profile, "name": cfg.name})
+    # a probe profiles, whatever the config file says, unless this command line says otherwise
+    asked = [o.split("=", 1)[0].strip() == "profile.enabled" for o in args.overrides]
+    if not any(asked):
+        cfg = cfg.model_copy(update={"profile": cfg.profile.model_copy(update={"enabled": True})})
     out = RunDir(f"runs/{cfg.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if args.output is None else args.output)
     RunDir.check_writable(out.path)
     print(f"workload: {preflight(cfg, batch_size=args.batch_size)}")
