@@ -144,6 +144,10 @@ class Matrix:
 
     # -- exposure ---------------------------------------------------------------------------------------------
     def loopback(self) -> None:
+        if shutil.which("ss") is None:
+            self.add("1 listeners of a local search", "every listener of its process tree on 127.0.0.1",
+                     "NOT CHECKED: `ss` (iproute2) is not installed", False)
+            return
         run = self.root / "loopback"
         p = popen("search", str(self.config), "--output", str(run), "--quiet")
         seen: dict[str, str] = {}
