@@ -44,7 +44,7 @@ def test_statistics() -> None:
 
 def test_accuracy_noise_is_pooled_as_a_share_and_read_at_each_level(tmp_path: Path) -> None:
     """A config near 0.98 cannot move by the +- a config near 0.5 does: val_acc's seed spread is
-    pooled on asin(sqrt(p)) and each config's half-width read back at its own level."""
+    pooled on the log-odds scale and each config's half-width read back at its own level."""
     import math
 
     from tune_batch.points import NoiseLevel
@@ -54,18 +54,18 @@ def test_accuracy_noise_is_pooled_as_a_share_and_read_at_each_level(tmp_path: Pa
             _rec("1s2", 2000, 0.62, b=64, repeat_of=1, seed=2)]
     report = build_report(_cfg(), recs)
     level = report.noise["val_acc"]
-    assert level.share and "asin(sqrt)" in level.how
+    assert level.share and "log-odds" in level.how
     hi, lo = report.points[0].ci["val_acc"], report.points[1].ci["val_acc"]
     assert 0 < hi < lo / 3  # the same pooled spread is narrow at 0.98 and wide at 0.5
-    # pooled by hand on asin(sqrt(p)): t95(4) x sqrt(pooled variance)
-    a = [[math.asin(math.sqrt(v)) for v in vs] for vs in ([0.98, 0.97, 0.99], [0.50, 0.40, 0.62])]
+    # pooled by hand on log(p / (1 - p)): t95(4) x sqrt(pooled variance)
+    a = [[math.log(v / (1 - v)) for v in vs] for vs in ([0.98, 0.97, 0.99], [0.50, 0.40, 0.62])]
     ss = sum(sum((x - sum(g) / 3) ** 2 for x in g) for g in a)
     assert level.half_width == pytest.approx(t95(4) * math.sqrt(ss / 4))
-    assert level.of(1.0, 1) <= 0.5 and 0.0 <= level.of(0.0, 1) <= 0.5  # read back inside [0, 1]
-    assert NoiseLevel(0.1, False, "", share=True).of(0.5, 4) == pytest.approx(math.sin(math.pi / 4 + 0.05) ** 2 - 0.5)
+    assert 0 < level.of(1.0, 1) <= 0.5 and 0 < level.of(0.0, 1) <= 0.5  # read back inside [0, 1], finite
+    assert NoiseLevel(0.1, False, "", share=True).of(0.5, 4) == pytest.approx(1 / (1 + math.exp(-0.05)) - 0.5)
     write_files(report, tmp_path)
     noise = json.loads((tmp_path / "pareto.json").read_text())["noise"]["val_acc"]
-    assert noise["arcsine_half_width"] == pytest.approx(level.half_width)
+    assert noise["log_odds_half_width"] == pytest.approx(level.half_width)
     assert noise["half_width_at"]["0.99"] < noise["half_width_at"]["0.5"]
     assert "at 0.95" in render_summary(report)
 

@@ -27,29 +27,35 @@ from tune_batch.records import Status, TrialResult
 
 RELATIVE = ("samples_per_s", "model_flops_per_s", "mfu")  # noise proportional to the value
 # shares in [0, 1] whose seed spread depends on their level (a config at 0.98 cannot move by
-# +-0.2; one at 0.5 can): pooled on the arcsine-square-root scale, asin(sqrt(p)), and read back
-# at each config's own level. Chosen among raw, log-odds and arcsine by the worst accuracy
-# band's coverage error on half of the 75 stored searches; scripts/bench_noise_model.py prints
-# all three on both halves (README, "Reading the front")
+# +-0.2; one at 0.5 can): pooled on the log-odds scale, log(p / (1 - p)), and read back at each
+# config's own level. scripts/bench_noise_model.py scores raw, log-odds and arcsine pooling on
+# stored searches: on its development half the arcsine was ahead by a little (worst band
+# coverage error 0.089 against 0.109), on the held-out half and on 13 later searches log-odds by
+# far (0.048 and 0.075 against 0.236 and 0.283); README, "Reading the front"
 SHARES = ("val_acc",)
 SHOWN_LEVELS = (0.5, 0.8, 0.95, 0.99)  # where a share's +- is printed (terminal, pareto.json)
 # properties of the step, not of the learning rate: pooled over every run of the same step
 STEP_WORK = ("samples_per_s", "model_flops_per_s", "mfu", "device_util", "peak_mem_bytes")
 
 
+_SHARE_EPS = 1e-3  # a share of exactly 0 or 1 is read this far inside, so its log-odds is finite
+
+
 def share_scale(p: float) -> float:
-    """asin(sqrt(p)): the scale a share's seed spread is pooled on (p clipped to [0, 1])."""
-    return math.asin(math.sqrt(min(max(p, 0.0), 1.0)))
+    """log(p / (1 - p)): the scale a share's seed spread is pooled on (p clipped to
+    [_SHARE_EPS, 1 - _SHARE_EPS])."""
+    p = min(max(p, _SHARE_EPS), 1.0 - _SHARE_EPS)
+    return math.log(p / (1.0 - p))
 
 
 def _share(x: float) -> float:
-    return math.sin(min(max(x, 0.0), math.pi / 2)) ** 2
+    return 1.0 / (1.0 + math.exp(-x))
 
 
 @dataclass(frozen=True)
 class NoiseLevel:
     """Half-width (95 %) of one measurement of a metric: absolute, relative to the value, or on
-    the share scale (``share``: asin(sqrt(p)); its +- in the metric's units depends on the level)."""
+    the share scale (``share``: log-odds; its +- in the metric's units depends on the level)."""
 
     half_width: float | None
     relative: bool
@@ -68,7 +74,7 @@ class NoiseLevel:
         return h * (abs(value) if self.relative else 1.0)
 
     def to_dict(self) -> dict[str, object]:
-        key = "relative_half_width" if self.relative else "arcsine_half_width" if self.share else "half_width"
+        key = "relative_half_width" if self.relative else "log_odds_half_width" if self.share else "half_width"
         out: dict[str, object] = {key: self.half_width, "how": self.how}
         if self.share and self.half_width is not None:  # what one run's +- is at a few levels, in the metric's units
             out["half_width_at"] = {f"{p:g}": round(self.of(p, 1) or 0.0, 4) for p in SHOWN_LEVELS}
@@ -178,7 +184,7 @@ def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]
             what = (f"{n_groups} step(s) measured more than once (batch sizes; any learning rate, any seed)" if step
                     else f"{n_groups} config(s) measured with several seeds")
             out[m] = NoiseLevel(t95(df) * math.sqrt(ss / df), rel, f"run-to-run spread pooled over {what}"
-                                + (" on the asin(sqrt) scale" if share else ""), share)
+                                + (" on the log-odds scale" if share else ""), share)
         elif m == "samples_per_s":
             rels = [r.metrics.samples_per_s_ci / r.metrics.samples_per_s for runs in groups.values() for r in runs
                     if r.metrics.samples_per_s_ci is not None and r.metrics.samples_per_s]
