@@ -46,24 +46,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tune_batch.points import from_share_scale, share_scale  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 DEVELOPMENT = ("bd_keep", "bd_keep2", "bd_keep3", "bd_keep4", "stab2", "stab3")
 BANDS = ((0.0, 0.7, "val_acc < 0.70"), (0.7, 0.9, "0.70-0.90"), (0.9, 0.97, "0.90-0.97"), (0.97, 1.01, ">= 0.97"))
-EPS = 1e-3  # a share of 0 or 1 is read this far inside before its log-odds
-
-
-def _logit(p: float) -> float:
-    p = min(max(p, EPS), 1 - EPS)
-    return math.log(p / (1 - p))
-
-
-def _expit(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
-
-
 SCALES: dict[str, tuple[Callable[[float], float], Callable[[float], float]]] = {
     "raw": (lambda p: p, lambda x: x),
-    "log-odds": (_logit, _expit),
+    "log-odds": (share_scale, from_share_scale),  # the product's own (tune_batch.points), as shipped
     "arcsine": (lambda p: math.asin(math.sqrt(min(max(p, 0.0), 1.0))), lambda x: math.sin(min(max(x, 0.0), math.pi / 2)) ** 2),
 }
 

@@ -33,7 +33,6 @@ import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-QUICK = REPO / "configs" / "quickstart.yaml"
 # a search that trains for a second or two per trial: no repeats, no confirmation, no window extension
 SMALL = {"model": {"name": "small_cnn", "num_classes": 10, "kwargs": {"width": 8}},
          "data": {"name": "digits", "resize": 16, "val_samples": 300, "num_workers": 0},

@@ -121,14 +121,14 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from tune_batch.results import RunDir
     from tune_batch.runner import preflight
     from tune_batch.trial import run_trial
+    from tune_batch.yamlio import overridden
 
     cfg = load_config(args.config, args.overrides)
     if args.batch_size < 1 or not (math.isfinite(args.lr) and args.lr > 0) or args.num_gpus < 1:
         raise UserError(f"--batch-size {args.batch_size} --lr {args.lr} --num-gpus {args.num_gpus}: "
                         "need batch size >= 1, a finite lr > 0, num_gpus >= 1")
     # a probe profiles, whatever the config file says, unless this command line says otherwise
-    asked = [o.split("=", 1)[0].strip() == "profile.enabled" for o in args.overrides]
-    if not any(asked):
+    if not overridden(args.overrides, "profile.enabled"):
         cfg = cfg.model_copy(update={"profile": cfg.profile.model_copy(update={"enabled": True})})
     out = RunDir(f"runs/{cfg.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if args.output is None else args.output)
     RunDir.check_writable(out.path)

@@ -48,7 +48,8 @@ def share_scale(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
-def _share(x: float) -> float:
+def from_share_scale(x: float) -> float:
+    """The share at ``x`` on the share scale (the inverse of ``share_scale``)."""
     return 1.0 / (1.0 + math.exp(-x))
 
 
@@ -70,7 +71,7 @@ class NoiseLevel:
         h = self.half_width / math.sqrt(max(n, 1))
         if self.share:
             x = share_scale(value)
-            return (_share(x + h) - _share(x - h)) / 2
+            return (from_share_scale(x + h) - from_share_scale(x - h)) / 2
         return h * (abs(value) if self.relative else 1.0)
 
     def to_dict(self) -> dict[str, object]:

@@ -59,17 +59,28 @@ def safe_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
 
 
+def _split_override(item: str) -> tuple[str, str]:
+    """(dotted key, value text) of one ``--set KEY=VALUE``; ConfigError without an ``=``."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. budget.trials=8")
+    key, text = item.split("=", 1)
+    return key.strip(), text
+
+
+def overridden(overrides: list[str] | None, key: str) -> bool:
+    """Whether the ``--set`` overrides set ``key`` (a dotted path) themselves."""
+    return any(_split_override(item)[0] == key for item in overrides or [])
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str] | None) -> dict[str, Any]:
     """Apply ``key.path=value`` overrides; values are parsed as YAML (``[1,2]``, ``true``, ``1e-3``)."""
     for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. budget.trials=8")
-        key, text = item.split("=", 1)
+        key, text = _split_override(item)
         try:
             value = safe_load(text) if text.strip() else None
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {key}={text}: value is not valid YAML ({_yaml_problem(e)})") from e
-        _set_path(raw, key.strip(), value)
+        _set_path(raw, key, value)
     return raw
 
 

@@ -51,9 +51,12 @@ def eval_steps(total: int, evaluations: int) -> list[int]:
     return sorted({max(1, round(total * (i + 1) / n)) for i in range(n)})
 
 
+# (validation curve, chance rate, steps, data description, noise scale at the end)
+_Curve = tuple[list[list[float]], float | None, int, str, NoiseScale | None]
+
+
 def _curve(config: Config, params: Params, device: torch.device, start: float,
-           extra: dict[str, Any] | None, accumulation: int = 1) -> tuple[list[list[float]], float | None, int, str,
-                                                                         NoiseScale | None]:
+           extra: dict[str, Any] | None, accumulation: int = 1) -> _Curve:
     ds, loader, _ = load_data(config, params, Placement(), device, extra)
     samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
@@ -94,7 +97,7 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
 
     def work() -> TrialResult:
         with precision_flags(config.train.precision, device):
-            def attempt(accumulation: int) -> tuple[list[list[float]], float | None, int, str, NoiseScale | None]:
+            def attempt(accumulation: int) -> _Curve:
                 apply_memory_cap(config, device)
                 return _curve(config, p, device, start, extra, accumulation)
 
