@@ -11,16 +11,23 @@ against the best config of a fully trained grid, in time to a target accuracy.
             quickstart's own confirmation runs).
 (default)   for each table and each --seeds seed: runs the default search of that workload as
             it ships (sampler, repeats and confirmation defaults; search.seed = seed) into a temp
-            dir, then trains its recommendation in full, side by side with the grid's best config
-            (the two interleaved, so machine drift hits both), --runs times each with fresh
-            seeds (not the grid's seed 0: the grid best is the argmin of one seed-0 run per
-            config, and re-running that same seed would keep its luck), and reads the times to
-            the target.
-
+            dir, then trains its recommendation and its other confirmed candidates side by side
+            with the grid's best config (interleaved, the order rotated each round, so machine
+            drift hits all), --runs times each with fresh seeds (not the grid's seed 0: the grid
+            best is the argmin of one seed-0 run per config, and re-running that same seed would
+            keep its luck), and reads the times to the target. A side-by-side run trains a quarter
+            of the table's length at its validation spacing (every target here is reached within
+            it; the whole length is trained when one is not).
 target      --target-fraction x the best val_acc any grid point reached (fixed per workload,
             before any search runs)
 regret      median time_to_target(recommended) / median time_to_target(grid best) over the
-            side-by-side runs (inf when the recommendation reaches the target in at most half)
+            side-by-side runs (inf when the recommendation reaches the target in at most half);
+            "the best of them": the same for the fastest confirmed candidate (did the confirmation
+            hold a good config, whichever it picked)
+prediction  the search's predicted time to its own target for each confirmed candidate (leave
+            one out, from pareto.json) over the median of the --runs fresh runs at that target
+            (gns_pred_within_1_5x), and over the search's own confirmation runs (..._search_runs:
+            the candidates were ranked on those, so the fastest one's time is low by selection)
 agree       share of seeds whose recommendation has the modal batch size
 compute     the search's trial-seconds (all its records: trials, repeats, confirmation runs,
             validations included) / the grid's training seconds (validations left out, so that
@@ -142,7 +149,32 @@ def _times(xs: list[float]) -> str:
     return ", ".join(f"{x:.2f}" for x in xs)
 
 
-def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None, runs: int = 3) -> dict:
+def _confirmed(out: Path) -> tuple[list[dict], float | None, dict]:
+    """The search's confirmed candidates (trial id, params), its own target and its predicted time
+    to target per candidate (leave one out), from the run's pareto.json."""
+    conf = json.loads((out / "pareto.json").read_text()).get("confirmation") or {}
+    predicted = {x["trial_id"]: x["predicted_s"] for x in (conf.get("prediction") or {}).get("confirmed") or []
+                 if x.get("predicted_s")}
+    return conf.get("candidates") or [], conf.get("target"), predicted
+
+
+def side_run(cfg, params: dict, seed: int, targets: list[float]) -> tuple[list[float], float]:
+    """One fresh-seed run of ``params`` side by side with the others: its times to each of
+    ``targets`` and its training seconds. Trains a quarter of the table's length at the table's
+    validation spacing (the targets are reached within its first 2048-8192 samples), and the whole
+    length only when a target is not reached by then (the times read are the same: a run's first
+    validations do not depend on how long it goes on)."""
+    length, evaluations = cfg.confirm.train_samples, cfg.confirm.evaluations
+    short = length // 4
+    rec = full_run(_full_config(cfg, short, max(1, round(evaluations * short / length))), params, seed)
+    times = [ttt(rec["info"].get("curve"), t) for t in targets]
+    if not all(math.isfinite(x) for x in times):
+        rec = full_run(cfg, params, seed)
+        times = [ttt(rec["info"].get("curve"), t) for t in targets]
+    return times, rec["info"].get("train_s") or 0.0
+
+
+def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None, runs: int = 5) -> dict:
     from tune_batch.config import config_from_dict
 
     table = json.loads(path.read_text())
@@ -161,30 +193,50 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
         with tempfile.TemporaryDirectory(prefix="tb-decision-") as tmp:
             out = keep / f"{path.stem}-seed{seed}" if keep is not None else Path(tmp) / "run"
             res, spent, wall, ratios = _search(REPO / table["config_path"], seed, out)
+            candidates, search_target, predicted = _confirmed(out)
         rec = res.recommended
         if rec is None:
             rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_s,
-                         "pred": ratios})
+                         "pred": ratios, "pred_fresh": [], "oracle": math.inf})
             print(f"seed {seed}: no recommendation ({wall:.0f} s)")
             continue
-        params = {"batch_size": rec.params.batch_size, "lr": rec.params.lr, "num_gpus": 1}
-        best = {"batch_size": best_point[0], "lr": best_point[1], "num_gpus": 1}
-        # side by side, interleaved: the grid's best and the recommendation, each --runs times,
-        # run k of both with the same fresh seed (data order and initialisation)
-        b_times, r_times = [], []
+        # side by side, interleaved: the grid's best, the recommendation and the search's other
+        # confirmed candidates, each --runs times, run k of all with the same fresh seed (data
+        # order and initialisation), the order rotated each round so no config always runs first
+        arms = {"best": {"batch_size": best_point[0], "lr": best_point[1], "num_gpus": 1},
+                rec.trial_id: {"batch_size": rec.params.batch_size, "lr": rec.params.lr, "num_gpus": 1}}
+        for c in candidates:
+            arms.setdefault(c["trial_id"], {**c["params"], "num_gpus": 1})
+        targets = [target] + ([search_target] if search_target else [])
+        got: dict = {k: [] for k in arms}
         for k in range(runs):
             run_seed = 1000 * seed + k + 1
-            b_times.append(ttt(full_run(cfg, best, run_seed)["info"].get("curve"), target))
-            r_times.append(ttt(full_run(cfg, params, run_seed)["info"].get("curve"), target))
-        base, r1 = statistics.median(b_times), statistics.median(r_times)
+            keys = list(arms)
+            for key in keys[k % len(keys):] + keys[:k % len(keys)]:
+                got[key].append(side_run(cfg, arms[key], run_seed, targets)[0])
+        med = {key: statistics.median(t[0] for t in got[key]) for key in arms}
+        base, r1 = med["best"], med[rec.trial_id]
         regret = r1 / base if math.isfinite(r1) else math.inf
+        pairs = [r[0] / b[0] for r, b in zip(got[rec.trial_id], got["best"])]
+        oracle = min(med[key] for key in arms if key != "best") / base
+        fresh = []  # the search's prediction against this benchmark's fresh runs, at the search's own target
+        for key, pred_s in predicted.items():
+            if key in got and search_target:
+                measured = statistics.median(t[1] for t in got[key])
+                fresh.append(pred_s / measured if math.isfinite(measured) and measured > 0 else math.inf)
         rows.append({"seed": seed, "batch_size": rec.params.batch_size, "lr": rec.params.lr, "regret": regret,
-                     "compute": spent / grid_s, "how": res.report.method, "pred": ratios})
+                     "compute": spent / grid_s, "how": res.report.method, "pred": ratios, "pred_fresh": fresh,
+                     "oracle": oracle})
+        cand = "; ".join(f"{arms[key]['batch_size']}/{arms[key]['lr']:.3g} {med[key]:.2f}" for key in arms
+                         if key != "best")
         print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
-              f"({res.report.method.split(':')[0]}); time to target {_times(r_times)} s vs grid best {_times(b_times)} s: "
-              f"regret {regret:.2f}; search {spent:.0f} trial-s = {spent / grid_s:.2f} of the grid ({wall:.0f} s wall); "
-              f"predicted/measured time to target of the confirmed: {', '.join(f'{x:.2f}' for x in ratios) or 'none'}",
-              flush=True)
+              f"({res.report.method.split(':')[0]}); time to target {_times([t[0] for t in got[rec.trial_id]])} s vs "
+              f"grid best {_times([t[0] for t in got['best']])} s: regret {regret:.2f} (run pairs "
+              f"{min(pairs):.2f}-{max(pairs):.2f}); medians of the confirmed (batch/lr s): {cand}, the best of them "
+              f"{oracle:.2f} x the grid best; search {spent:.0f} trial-s = {spent / grid_s:.2f} of the grid "
+              f"({wall:.0f} s wall); predicted/measured time to target of the confirmed, against the search's "
+              f"runs: {', '.join(f'{x:.2f}' for x in ratios) or 'none'}, against the {runs} fresh runs: "
+              f"{', '.join(f'{x:.2f}' for x in fresh) or 'none'}", flush=True)
     return {"name": path.name, "rows": rows}
 
 
@@ -223,7 +275,8 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=[str(t) for t in TABLES])
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--target-fraction", type=float, default=0.95)
-    ap.add_argument("--runs", type=int, default=3, help="full runs of the recommendation and of the grid best, each")
+    ap.add_argument("--runs", type=int, default=5,
+                    help="fresh-seed runs of the grid best, the recommendation and each confirmed candidate")
     ap.add_argument("--keep", type=Path, default=None, help="keep each search's output under this folder")
     ap.add_argument("--gns-pairs", type=int, default=5, help="side-by-side trial pairs for the GNS overhead")
     args = ap.parse_args()
@@ -244,15 +297,22 @@ def main() -> None:
     agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
     compute = [r["compute"] for res in results for r in res["rows"]]
     preds = [x for res in results for r in res["rows"] for x in r["pred"]]
+    fresh = [x for res in results for r in res["rows"] for x in r["pred_fresh"]]
     within = sum(1 for x in preds if 1 / 1.5 <= x <= 1.5)
-    print(f"time to target predicted from the gradient noise scale / measured, every confirmed candidate: "
-          f"{within} of {len(preds)} within 1.5x (median {statistics.median(preds) if preds else float('nan'):.2f}, "
-          f"range {min(preds, default=float('nan')):.2f}-{max(preds, default=float('nan')):.2f})")
+    within_fresh = sum(1 for x in fresh if 1 / 1.5 <= x <= 1.5)
+    for name, xs, n in (("the search's own confirmation runs", preds, within),
+                        (f"the median of {args.runs} fresh runs", fresh, within_fresh)):
+        print(f"time to target predicted from the gradient noise scale / measured by {name}, every confirmed "
+              f"candidate: {n} of {len(xs)} within 1.5x (median {statistics.median(xs) if xs else float('nan'):.2f}, "
+              f"range {min(xs, default=float('nan')):.2f}-{max(xs, default=float('nan')):.2f})")
+    oracles = [r["oracle"] for res in results for r in res["rows"]]
     print("\nregret per workload and seed: " + "; ".join(
         f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
     print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
           f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead={overhead:.4f} "
-          f"gns_trial_cost={cost:.4f} gns_pred_within_1_5x={within / len(preds) if preds else float('nan'):.2f}")
+          f"gns_trial_cost={cost:.4f} gns_pred_within_1_5x={within_fresh / len(fresh) if fresh else float('nan'):.2f} "
+          f"gns_pred_within_1_5x_search_runs={within / len(preds) if preds else float('nan'):.2f} "
+          f"confirmed_best_regret_worst={max(oracles):.3f} runs={args.runs}")
 
 
 if __name__ == "__main__":
