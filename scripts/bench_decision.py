@@ -25,8 +25,8 @@ regret      median time_to_target(recommended) / median time_to_target(grid best
             "the best of them": the same for the fastest confirmed candidate (did the confirmation
             hold a good config, whichever it picked)
 prediction  the search's predicted time to its own target for each confirmed candidate (leave
-            one out, from pareto.json) over the median of the --runs fresh runs at that target
-            (gns_pred_within_1_5x), and over the search's own confirmation runs (..._search_runs:
+            one out, from pareto.json) over the median of the --runs fresh runs at that target,
+            read at the search's validation spacing (gns_pred_within_1_5x), and over the search's own confirmation runs (..._search_runs:
             the candidates were ranked on those, so the fastest one's time is low by selection)
 agree       share of seeds whose recommendation has the modal batch size
 compute     the search's trial-seconds (all its records: trials, repeats, confirmation runs,
@@ -150,28 +150,32 @@ def _times(xs: list[float]) -> str:
 
 
 def _confirmed(out: Path) -> tuple[list[dict], float | None, dict]:
-    """The search's confirmed candidates (trial id, params), its own target and its predicted time
-    to target per candidate (leave one out), from the run's pareto.json."""
+    """The search's confirmed candidates (trial id, params, curves), its own target and its
+    predicted time to target per candidate (leave one out), from the run's pareto.json."""
     conf = json.loads((out / "pareto.json").read_text()).get("confirmation") or {}
     predicted = {x["trial_id"]: x["predicted_s"] for x in (conf.get("prediction") or {}).get("confirmed") or []
                  if x.get("predicted_s")}
     return conf.get("candidates") or [], conf.get("target"), predicted
 
 
-def side_run(cfg, params: dict, seed: int, targets: list[float]) -> tuple[list[float], float]:
-    """One fresh-seed run of ``params`` side by side with the others: its times to each of
-    ``targets`` and its training seconds. Trains a quarter of the table's length at the table's
-    validation spacing (the targets are reached within its first 2048-8192 samples), and the whole
-    length only when a target is not reached by then (the times read are the same: a run's first
-    validations do not depend on how long it goes on)."""
+def side_run(cfg, params: dict, seed: int, target: float) -> list:
+    """One fresh-seed run of ``params`` side by side with the others: its validation curve. Trains
+    a quarter of the table's length at the table's validation spacing (the targets are reached
+    within its first 2048-8192 samples), and the whole length only when ``target`` is not reached
+    by then (a run's first validations do not depend on how long it goes on)."""
     length, evaluations = cfg.confirm.train_samples, cfg.confirm.evaluations
     short = length // 4
-    rec = full_run(_full_config(cfg, short, max(1, round(evaluations * short / length))), params, seed)
-    times = [ttt(rec["info"].get("curve"), t) for t in targets]
-    if not all(math.isfinite(x) for x in times):
-        rec = full_run(cfg, params, seed)
-        times = [ttt(rec["info"].get("curve"), t) for t in targets]
-    return times, rec["info"].get("train_s") or 0.0
+    curve = full_run(_full_config(cfg, short, max(1, round(evaluations * short / length))), params, seed)["info"].get("curve")
+    if not math.isfinite(ttt(curve, target)):
+        curve = full_run(cfg, params, seed)["info"].get("curve")
+    return curve or []
+
+
+def at_spacing(curve: list, samples: set[float]) -> list:
+    """``curve`` read only at the validations the search's confirmation runs made (their sample
+    counts): the search measured and predicted time to target at that spacing, and a finer one
+    finds the crossing earlier (by half a spacing on average)."""
+    return [c for c in curve if c[0] in samples]
 
 
 def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None, runs: int = 5) -> dict:
@@ -207,22 +211,24 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
                 rec.trial_id: {"batch_size": rec.params.batch_size, "lr": rec.params.lr, "num_gpus": 1}}
         for c in candidates:
             arms.setdefault(c["trial_id"], {**c["params"], "num_gpus": 1})
-        targets = [target] + ([search_target] if search_target else [])
         got: dict = {k: [] for k in arms}
         for k in range(runs):
             run_seed = 1000 * seed + k + 1
             keys = list(arms)
             for key in keys[k % len(keys):] + keys[:k % len(keys)]:
-                got[key].append(side_run(cfg, arms[key], run_seed, targets)[0])
-        med = {key: statistics.median(t[0] for t in got[key]) for key in arms}
+                got[key].append(side_run(cfg, arms[key], run_seed, target))
+        med = {key: statistics.median(ttt(c, target) for c in got[key]) for key in arms}
         base, r1 = med["best"], med[rec.trial_id]
         regret = r1 / base if math.isfinite(r1) else math.inf
-        pairs = [r[0] / b[0] for r, b in zip(got[rec.trial_id], got["best"])]
+        pairs = [ttt(r, target) / ttt(b, target) for r, b in zip(got[rec.trial_id], got["best"])]
         oracle = min(med[key] for key in arms if key != "best") / base
-        fresh = []  # the search's prediction against this benchmark's fresh runs, at the search's own target
+        # the search's prediction against this benchmark's fresh runs, at the search's own target and
+        # validation spacing
+        spacing = {x for c in candidates for run in c.get("curves") or [] for x in run["samples"]}
+        fresh = []
         for key, pred_s in predicted.items():
             if key in got and search_target:
-                measured = statistics.median(t[1] for t in got[key])
+                measured = statistics.median(ttt(at_spacing(c, spacing), search_target) for c in got[key])
                 fresh.append(pred_s / measured if math.isfinite(measured) and measured > 0 else math.inf)
         rows.append({"seed": seed, "batch_size": rec.params.batch_size, "lr": rec.params.lr, "regret": regret,
                      "compute": spent / grid_s, "how": res.report.method, "pred": ratios, "pred_fresh": fresh,
@@ -230,8 +236,8 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
         cand = "; ".join(f"{arms[key]['batch_size']}/{arms[key]['lr']:.3g} {med[key]:.2f}" for key in arms
                          if key != "best")
         print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
-              f"({res.report.method.split(':')[0]}); time to target {_times([t[0] for t in got[rec.trial_id]])} s vs "
-              f"grid best {_times([t[0] for t in got['best']])} s: regret {regret:.2f} (run pairs "
+              f"({res.report.method.split(':')[0]}); time to target {_times([ttt(c, target) for c in got[rec.trial_id]])} s "
+              f"vs grid best {_times([ttt(c, target) for c in got['best']])} s: regret {regret:.2f} (run pairs "
               f"{min(pairs):.2f}-{max(pairs):.2f}); medians of the confirmed (batch/lr s): {cand}, the best of them "
               f"{oracle:.2f} x the grid best; search {spent:.0f} trial-s = {spent / grid_s:.2f} of the grid "
               f"({wall:.0f} s wall); predicted/measured time to target of the confirmed, against the search's "
