@@ -199,6 +199,41 @@ def test_a_skipped_proposal_uses_no_trial_of_the_budget() -> None:
     assert frees == FREE_SKIPS_IN_A_ROW and budget_used(objective.records) == 4
 
 
+@pytest.mark.parametrize("name", ["gp", "tpe"])
+def test_the_random_start_counts_trials_of_the_budget_not_free_skips(name: str) -> None:
+    """A model-based sampler starts modelling after ``startup_trials`` trials that ran: the free
+    skips told to the study in between (COMPLETE, infeasible) do not end its random start, as
+    they did with Optuna's own n_startup_trials (which counts every COMPLETE trial)."""
+    from tune_batch.backends.optuna import optimize
+    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
+    from tune_batch.samplers import make_sampler, startup_trials
+
+    cfg = tiny_config(space={"batch_size": [16, 64]})
+
+    def runner(config, params, *, trial_id, extra, run_dir):  # 64 does not fit, 16 does
+        if params.batch_size == 64:
+            return TrialResult(trial_id, params, Status.OOM, "CUDA out of memory (looked up)")
+        return TrialResult(trial_id, params, Status.OK, metrics=Metrics(samples_per_s=100.0, device_util=0.5,
+                                                                         val_acc=0.5, peak_mem_bytes=1),
+                           info=TrialInfo(train_s=1.0))
+
+    n = 9
+    assert startup_trials(n) == 3
+    sampler = make_sampler(name, 0, n)
+    study = optuna.create_study(directions=cfg.directions, sampler=sampler)
+    for b in (64, 64, 64, 16):  # an OOM, then two proposals skipped for free, then one that runs
+        study.enqueue_trial({"batch_size": b, "lr": 0.01, "num_gpus": 1})
+    objective = tune_batch.optuna.Objective(cfg, runner=runner, free_skips=True)
+    optimize(study, objective, 2)  # two trials of the budget: the OOM and batch 16
+    frozen = study.get_trials()
+    assert [t.user_attrs.get("free_skip", False) for t in frozen] == [False, True, True, False]
+    # 4 COMPLETE trials: Optuna's own count would have ended a start of 3; only 2 of them ran
+    assert sum(t.state.name == "COMPLETE" for t in frozen) == 4
+    assert sampler._starting(study)
+    optimize(study, objective, 3)  # until the third trial of the budget, which ends the random start
+    assert not sampler._starting(study)
+
+
 def test_the_sampler_is_told_each_steps_mean_throughput() -> None:
     """Samples/s belongs to the step, not to the learning rate: the sampler is told the mean over
     every run of the trial's step so far (Policy.told); the record and the trial's user
