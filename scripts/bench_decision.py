@@ -26,8 +26,9 @@ regret      median time_to_target(recommended) / median time_to_target(grid best
             hold a good config, whichever it picked)
 prediction  the search's predicted time to its own target for each confirmed candidate (leave
             one out, from pareto.json) over the median of the --runs fresh runs at that target,
-            read at the search's validation spacing (gns_pred_within_1_5x), and over the search's own confirmation runs (..._search_runs:
-            the candidates were ranked on those, so the fastest one's time is low by selection)
+            read at the search's validation spacing (gns_pred_within_1_5x), and over the search's
+            own confirmation runs (..._search_runs: the candidates were ranked on those, so the
+            fastest one's time is low by selection)
 agree       share of seeds whose recommendation has the modal batch size
 compute     the search's trial-seconds (all its records: trials, repeats, confirmation runs,
             validations included) / the grid's training seconds (validations left out, so that
@@ -122,15 +123,7 @@ def _search(config_path: Path, seed: int, out: Path):
     t = time.time()
     res = search(cfg, out, quiet=True)
     spent = sum(r.duration_s for r in _records(out))
-    return res, spent, time.time() - t, _predicted_vs_measured(out)
-
-
-def _predicted_vs_measured(out: Path) -> list[float]:
-    """The confirmed candidates' predicted / measured time to target (the gradient noise scale's
-    prediction, leave one out) from the run's pareto.json."""
-    conf = json.loads((out / "pareto.json").read_text()).get("confirmation") or {}
-    checked = (conf.get("prediction") or {}).get("confirmed") or []
-    return [x["ratio"] for x in checked if x.get("ratio")]
+    return res, spent, time.time() - t
 
 
 def _raw_keys(path: Path) -> set[str]:
@@ -149,13 +142,14 @@ def _times(xs: list[float]) -> str:
     return ", ".join(f"{x:.2f}" for x in xs)
 
 
-def _confirmed(out: Path) -> tuple[list[dict], float | None, dict]:
-    """The search's confirmed candidates (trial id, params, curves), its own target and its
-    predicted time to target per candidate (leave one out), from the run's pareto.json."""
+def _confirmed(out: Path) -> tuple[list[dict], float | None, dict, list[float]]:
+    """From the run's pareto.json: the search's confirmed candidates (trial id, params, curves),
+    its own target, its predicted time to target per candidate (the gradient noise scale's, leave
+    one out) and predicted / measured against its own confirmation runs."""
     conf = json.loads((out / "pareto.json").read_text()).get("confirmation") or {}
-    predicted = {x["trial_id"]: x["predicted_s"] for x in (conf.get("prediction") or {}).get("confirmed") or []
-                 if x.get("predicted_s")}
-    return conf.get("candidates") or [], conf.get("target"), predicted
+    checked = (conf.get("prediction") or {}).get("confirmed") or []
+    predicted = {x["trial_id"]: x["predicted_s"] for x in checked if x.get("predicted_s")}
+    return conf.get("candidates") or [], conf.get("target"), predicted, [x["ratio"] for x in checked if x.get("ratio")]
 
 
 def side_run(cfg, params: dict, seed: int, target: float) -> list:
@@ -165,7 +159,8 @@ def side_run(cfg, params: dict, seed: int, target: float) -> list:
     by then (a run's first validations do not depend on how long it goes on)."""
     length, evaluations = cfg.confirm.train_samples, cfg.confirm.evaluations
     short = length // 4
-    curve = full_run(_full_config(cfg, short, max(1, round(evaluations * short / length))), params, seed)["info"].get("curve")
+    quarter = _full_config(cfg, short, max(1, round(evaluations * short / length)))
+    curve = full_run(quarter, params, seed)["info"].get("curve")
     if not math.isfinite(ttt(curve, target)):
         curve = full_run(cfg, params, seed)["info"].get("curve")
     return curve or []
@@ -196,8 +191,8 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="tb-decision-") as tmp:
             out = keep / f"{path.stem}-seed{seed}" if keep is not None else Path(tmp) / "run"
-            res, spent, wall, ratios = _search(REPO / table["config_path"], seed, out)
-            candidates, search_target, predicted = _confirmed(out)
+            res, spent, wall = _search(REPO / table["config_path"], seed, out)
+            candidates, search_target, predicted, ratios = _confirmed(out)
         rec = res.recommended
         if rec is None:
             rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_s,
@@ -217,10 +212,11 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
             keys = list(arms)
             for key in keys[k % len(keys):] + keys[:k % len(keys)]:
                 got[key].append(side_run(cfg, arms[key], run_seed, target))
-        med = {key: statistics.median(ttt(c, target) for c in got[key]) for key in arms}
+        times = {key: [ttt(c, target) for c in curves] for key, curves in got.items()}
+        med = {key: statistics.median(ts) for key, ts in times.items()}
         base, r1 = med["best"], med[rec.trial_id]
         regret = r1 / base if math.isfinite(r1) else math.inf
-        pairs = [ttt(r, target) / ttt(b, target) for r, b in zip(got[rec.trial_id], got["best"])]
+        pairs = [r / b for r, b in zip(times[rec.trial_id], times["best"])]
         oracle = min(med[key] for key in arms if key != "best") / base
         # the search's prediction against this benchmark's fresh runs, at the search's own target and
         # validation spacing
@@ -236,8 +232,8 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
         cand = "; ".join(f"{arms[key]['batch_size']}/{arms[key]['lr']:.3g} {med[key]:.2f}" for key in arms
                          if key != "best")
         print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
-              f"({res.report.method.split(':')[0]}); time to target {_times([ttt(c, target) for c in got[rec.trial_id]])} s "
-              f"vs grid best {_times([ttt(c, target) for c in got['best']])} s: regret {regret:.2f} (run pairs "
+              f"({res.report.method.split(':')[0]}); time to target {_times(times[rec.trial_id])} s "
+              f"vs grid best {_times(times['best'])} s: regret {regret:.2f} (run pairs "
               f"{min(pairs):.2f}-{max(pairs):.2f}); medians of the confirmed (batch/lr s): {cand}, the best of them "
               f"{oracle:.2f} x the grid best; search {spent:.0f} trial-s = {spent / grid_s:.2f} of the grid "
               f"({wall:.0f} s wall); predicted/measured time to target of the confirmed, against the search's "

@@ -185,8 +185,8 @@ def main() -> None:
         dev = "development"
         chosen = min(SCALES, key=lambda sc: result[(dev, sc)][0])
         print(f"\nsmallest worst-band error on the development half: {chosen}; shipped: log-odds (see the docstring)")
-        print(f"RESULT worst_cov_err_log_odds={result[(h, 'log-odds')][0]:.3f} worst_cov_err_raw={result[(h, 'raw')][0]:.3f} "
-              f"worst_cov_err_arcsine={result[(h, 'arcsine')][0]:.3f} top_band_cov_log_odds={cov('log-odds', 3):.3f} "
+        print(f"RESULT worst_cov_err_log_odds={result[(h, 'log-odds')][0]:.3f} "
+              f"worst_cov_err_raw={result[(h, 'raw')][0]:.3f} worst_cov_err_arcsine={result[(h, 'arcsine')][0]:.3f} top_band_cov_log_odds={cov('log-odds', 3):.3f} "
               f"top_band_cov_raw={cov('raw', 3):.3f} low_band_cov_log_odds={cov('log-odds', 0):.3f} "
               f"low_band_cov_raw={cov('raw', 0):.3f} front_median_log_odds={result[(h, 'front')][0]} "
               f"front_median_raw={result[(h, 'front')][1]} dev_best={chosen} searches={len(halves[h])}")

@@ -155,24 +155,31 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     assert len(jsonl.read_text().splitlines()) == 5
 
 
+def _oom_at_64(config, params, *, trial_id, extra, run_dir):
+    """A trial looked up, not trained: batch 64 runs out of memory, batch 16 fits."""
+    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
+
+    if params.batch_size == 64:
+        return TrialResult(trial_id, params, Status.OOM, "CUDA out of memory (looked up)")
+    return TrialResult(trial_id, params, Status.OK, metrics=Metrics(samples_per_s=100.0, device_util=0.5,
+                                                                     val_acc=0.5, peak_mem_bytes=1),
+                       info=TrialInfo(train_s=1.0))
+
+
 def test_a_skipped_proposal_uses_no_trial_of_the_budget() -> None:
     """The in-process search loop (backends.optuna.optimize): after batch 64 ran out of memory,
     proposals of 64 are skipped, told to Optuna as infeasible and recorded (free_skip), and the
     sampler is asked again: the budget of 3 trials is 3 trials that ran."""
     from tune_batch.backends.optuna import optimize
     from tune_batch.policy import FREE_SKIPS_IN_A_ROW
-    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult, budget_used
+    from tune_batch.records import Status, TrialResult, budget_used
 
     cfg = tiny_config(space={"batch_size": [16, 64]})
     ran = []
 
-    def runner(config, params, *, trial_id, extra, run_dir):  # a lookup: 64 does not fit, 16 does
+    def runner(config, params, **kw):
         ran.append(params.batch_size)
-        if params.batch_size == 64:
-            return TrialResult(trial_id, params, Status.OOM, "CUDA out of memory (looked up)")
-        return TrialResult(trial_id, params, Status.OK, metrics=Metrics(samples_per_s=100.0, device_util=0.5,
-                                                                         val_acc=0.5, peak_mem_bytes=1),
-                           info=TrialInfo(train_s=1.0))
+        return _oom_at_64(config, params, **kw)
 
     study = optuna.create_study(directions=cfg.directions, sampler=optuna.samplers.RandomSampler(seed=0))
     for b in (64, 64, 64, 16):
@@ -205,17 +212,9 @@ def test_the_random_start_counts_trials_of_the_budget_not_free_skips(name: str) 
     skips told to the study in between (COMPLETE, infeasible) do not end its random start, as
     they did with Optuna's own n_startup_trials (which counts every COMPLETE trial)."""
     from tune_batch.backends.optuna import optimize
-    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
     from tune_batch.samplers import make_sampler, startup_trials
 
     cfg = tiny_config(space={"batch_size": [16, 64]})
-
-    def runner(config, params, *, trial_id, extra, run_dir):  # 64 does not fit, 16 does
-        if params.batch_size == 64:
-            return TrialResult(trial_id, params, Status.OOM, "CUDA out of memory (looked up)")
-        return TrialResult(trial_id, params, Status.OK, metrics=Metrics(samples_per_s=100.0, device_util=0.5,
-                                                                         val_acc=0.5, peak_mem_bytes=1),
-                           info=TrialInfo(train_s=1.0))
 
     n = 9
     assert startup_trials(n) == 3
@@ -223,7 +222,7 @@ def test_the_random_start_counts_trials_of_the_budget_not_free_skips(name: str) 
     study = optuna.create_study(directions=cfg.directions, sampler=sampler)
     for b in (64, 64, 64, 16):  # an OOM, then two proposals skipped for free, then one that runs
         study.enqueue_trial({"batch_size": b, "lr": 0.01, "num_gpus": 1})
-    objective = tune_batch.optuna.Objective(cfg, runner=runner, free_skips=True)
+    objective = tune_batch.optuna.Objective(cfg, runner=_oom_at_64, free_skips=True)
     optimize(study, objective, 2)  # two trials of the budget: the OOM and batch 16
     frozen = study.get_trials()
     assert [t.user_attrs.get("free_skip", False) for t in frozen] == [False, True, True, False]

@@ -74,4 +74,3 @@ def make_sampler(name: str, seed: int, n_trials: int) -> Any:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"search.sampler = {name!r}: allowed: tpe, nsga2, gp, random")
-

@@ -47,8 +47,8 @@ def constraint_list(result: TrialResult) -> list[float]:
 def user_attrs(result: TrialResult) -> dict[str, Any]:
     """A trial's user attributes: ``status``, ``reason``, ``metrics`` (every metric, one dict),
     ``free_skip`` on a skipped proposal that used no trial of the budget (samplers.BudgetStartup
-    counts the others), and each finite numeric metric again under ``metric:<name>``, so that optuna-dashboard shows
-    one row per metric instead of one long JSON string."""
+    counts the others), and each finite numeric metric again under ``metric:<name>``, so that
+    optuna-dashboard shows one row per metric instead of one long JSON string."""
     out: dict[str, Any] = {"status": result.status.value, "reason": result.reason, "metrics": result.metrics.to_dict()}
     if result.info.free_skip:  # told so the sampler learns the boundary, but no trial of the budget
         out["free_skip"] = True
