@@ -219,7 +219,7 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     from tune_batch.backends.optuna import Objective, optimize
     from tune_batch.pareto import front_hypervolume
     from tune_batch.policy import Policy
-    from tune_batch.samplers import make_sampler
+    from tune_batch.samplers import make_sampler, probe_rule
 
     resources = rp.config.resources.model_copy(update={"device_memory": int(rp.cap) if rp.cap else None,
                                                        "feasibility_model": feasibility})
@@ -233,8 +233,10 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
         from tune_batch.samplers import startup_trials  # counted towards its random start
 
         sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup_trials(n_trials))
-    else:
-        sampler = make_sampler(sampler_name, seed, n_trials)
+    elif sampler_name.endswith("-noprobe"):  # gp / tpe as they shipped before ScaledProbe (2026-12-01, 12th session)
+        sampler = make_sampler(sampler_name.removesuffix("-noprobe"), seed, n_trials)
+    else:  # as a search builds it (search.scale_probe on)
+        sampler = make_sampler(sampler_name, seed, n_trials, probe_rule(cfg))
     study = optuna.create_study(directions=cfg.directions, sampler=sampler)
     if seeded:  # exactly as a search seeds itself: at most a third of its budget (search.seed_ladder)
         from tune_batch.space import seed_points
@@ -412,6 +414,9 @@ def _summary(args: argparse.Namespace, cases: list, med: dict, per_seed: dict) -
             vals = [med[(g, cap, name, 0.25)][col] for g, cap in keys]
             print(f"  {name:11s} median {statistics.median(vals):.3f}  worst {min(vals):.3f}  "
                   f"({', '.join(f'{v:.2f}' for v in vals)})")
+    if default not in args.samplers or "random" not in args.samplers:
+        print(f"(no default-against-random comparison and no RESULT line: --samplers lacks {default!r} or 'random')")
+        return
     d = [med[(g, cap, default, 0.25)] for g, cap in keys]
     r = [med[(g, cap, "random", 0.25)] for g, cap in keys]
     for col, label in labels:

@@ -56,21 +56,127 @@ class BudgetStartup(optuna.samplers.BaseSampler):
         self._random.reseed_rng()
 
 
-def make_sampler(name: str, seed: int, n_trials: int) -> Any:
+class ScaledProbe(optuna.samplers.BaseSampler):
+    """After the model's random start, each proposal first carries the best learning rate found
+    so far to the next batch size, the way an engineer scales a working config up; the model
+    (``model``, e.g. BudgetStartup(GPSampler)) proposes when no probe is left.
+
+    The anchor is the ``ok`` trial with the best ``val_acc``. Its own batch size is climbed once
+    first (learning rate x ``STEP``) when nothing above the anchor's rate was tried there: at a
+    fixed sample budget a larger rate trains further until it is unstable. Then each larger batch
+    size in turn gets the anchor's rate scaled by (b / b_anchor) ** ``exponent`` (1: linear, for
+    SGD, Goyal et al. 2017; 0.5: square root, for adaptive optimizers), unless a trial there
+    (finished or running) is within a factor ``NEAR`` of it, or one was skipped; the walk stops
+    at a batch size that ran out of memory. A rate that diverged at the anchor's batch size or a larger one is an edge for every
+    probe (a smaller batch, with noisier gradients, is no more stable): a probe that would reach
+    it steps a factor ``STEP`` below it instead. Probes are marked on their trial (system
+    attribute ``tune_batch_probe``).
+
+    Why: on the deep_mlp grid the Gaussian process spent most trials at the edges of the
+    learning-rate range while the front lay on one ridge next to the divergence boundary
+    (README, "Choosing the sampler").
+    """
+
+    NEAR = 1.6
+    STEP = 2.5
+    ATTR = "tune_batch_probe"
+
+    def __init__(self, model: optuna.samplers.BaseSampler, exponent: float, n_startup: int) -> None:
+        self._model = model
+        self._exponent = exponent
+        self._n_startup = n_startup
+
+    def _probe(self, study: Any, space: dict[str, Any]) -> dict[str, Any] | None:
+        import math
+
+        dist, lr_dist = space.get("batch_size"), space.get("lr")
+        if dist is None or lr_dist is None:
+            return None
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        tried = [t for t in study._get_trials(deepcopy=False, states=states, use_cache=False)
+                 if "batch_size" in t.params and "lr" in t.params]
+        done = [t for t in tried if t.state == optuna.trial.TrialState.COMPLETE]
+        if sum(1 for t in done if not t.user_attrs.get("free_skip")) < self._n_startup:
+            return None
+        ok = [t for t in done if t.user_attrs.get("status") == "ok" and "metric:val_acc" in t.user_attrs]
+        if not ok:
+            return None
+        anchor = max(ok, key=lambda t: (t.user_attrs["metric:val_acc"], t.user_attrs.get("metric:samples_per_s", 0.0)))
+        b0, lr0 = anchor.params["batch_size"], anchor.params["lr"]
+        edges = [t.params["lr"] for t in done if t.user_attrs.get("status") == "diverged" and t.params["batch_size"] >= b0]
+        edge = min(edges) if edges else math.inf
+        up = min(lr_dist.high, lr0 * self.STEP)
+        if (lr0 * self.NEAR < up < edge / self.NEAR
+                and not any(t.params["batch_size"] == b0 and t.params["lr"] > lr0 * self.NEAR for t in tried)):
+            return {"batch_size": b0, "lr": up}
+        for b in sorted(c for c in dist.choices if c > b0):
+            at_b = [t for t in tried if t.params["batch_size"] == b]
+            if any(t.user_attrs.get("status") == "oom" and t.params["batch_size"] <= b for t in done):
+                break  # a larger batch needs more memory
+            if any(t.user_attrs.get("status") == "skipped" for t in at_b):
+                continue
+            lr = lr0 * (b / b0) ** self._exponent
+            if lr >= edge / self.NEAR:
+                lr = max(lr0, edge / self.STEP)
+            lr = min(lr_dist.high, max(lr_dist.low, lr))
+            if not any(abs(math.log(t.params["lr"] / lr)) < math.log(self.NEAR) for t in at_b):
+                return {"batch_size": b, "lr": lr}
+        return None
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return self._model.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+        probe = self._probe(study, search_space) if search_space else None
+        if probe is None:
+            return self._model.sample_relative(study, trial, search_space)
+        study._storage.set_trial_system_attr(trial._trial_id, self.ATTR, True)
+        rest = {k: v for k, v in search_space.items() if k not in probe}
+        return {**probe, **(self._model.sample_relative(study, trial, rest) if rest else {})}
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        return self._model.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self._model.before_trial(study, trial)
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        self._model.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._model.reseed_rng()
+
+
+def probe_rule(config: Any) -> str | None:
+    """The scaling rule of ``ScaledProbe`` for a search (``search.scale_probe``): "sqrt" for an
+    adaptive optimizer, "linear" otherwise; None (no probe) when it is off or when ``val_acc``
+    is not an objective (the learning rate then decides nothing the search scores)."""
+    if not config.search.scale_probe or "val_acc" not in config.metric_names:
+        return None
+    return "sqrt" if config.optimizer.adaptive else "linear"
+
+
+def make_sampler(name: str, seed: int, n_trials: int, probe: str | None = None) -> Any:
     """An Optuna sampler for a multi-objective, constrained study.
 
     tpe: multivariate TPE with constant liar (parallel trials); nsga2: NSGA-II with a
     population sized to the budget; gp: Gaussian-process sampler; random: uniform. The random
-    start of tpe and gp counts trials of the budget only (BudgetStartup).
+    start of tpe and gp counts trials of the budget only (BudgetStartup); with ``probe`` ("linear"
+    or "sqrt", ``probe_rule``) their proposals after it are ScaledProbe's first, the model's
+    when it has none.
     """
     n_startup = startup_trials(n_trials)
-    if name == "tpe":
-        tpe = optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=0)
-        return BudgetStartup(tpe, n_startup, seed)
+    if name in ("tpe", "gp"):
+        model = (optuna.samplers.GPSampler(seed=seed, n_startup_trials=0) if name == "gp" else
+                 optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=0))
+        started = BudgetStartup(model, n_startup, seed)
+        if probe is None:
+            return started
+        if probe not in ("linear", "sqrt"):
+            raise ValueError(f"probe = {probe!r}: allowed: linear, sqrt, None")
+        return ScaledProbe(started, 1.0 if probe == "linear" else 0.5, n_startup)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, n_trials // 3)))
-    if name == "gp":
-        return BudgetStartup(optuna.samplers.GPSampler(seed=seed, n_startup_trials=0), n_startup, seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"search.sampler = {name!r}: allowed: tpe, nsga2, gp, random")

@@ -23,7 +23,7 @@ from tune_batch.progress import Progress
 from tune_batch.records import Params, Status, TrialResult, budget_used
 from tune_batch.repeats import RepeatJob, seeded
 from tune_batch.results import RunDir
-from tune_batch.samplers import make_sampler
+from tune_batch.samplers import make_sampler, probe_rule
 from tune_batch.signals import graceful, received
 
 
@@ -141,7 +141,7 @@ def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str
     repeats ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for."""
     if config.budget.trials > 0:
         seed = config.search.seed if sampler_seed is None else sampler_seed
-        sampler = make_sampler(config.search.sampler, seed, config.budget.trials)
+        sampler = make_sampler(config.search.sampler, seed, config.budget.trials, probe_rule(config))
         study = seam.create(config, storage, study_name, sampler)
         if fresh and not study.trials:
             for point in space_mod.seed_points(config, [1]):

@@ -22,7 +22,7 @@ from tune_batch.policy import Policy
 from tune_batch.progress import Progress
 from tune_batch.repeats import RepeatJob
 from tune_batch.results import RunDir
-from tune_batch.samplers import make_sampler
+from tune_batch.samplers import make_sampler, probe_rule
 from tune_batch.space import define_by_run, seed_points
 from tune_batch.workload.resolve import registered
 
@@ -60,7 +60,7 @@ def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any
         points_to_evaluate=seed_points(config, plan.gpu_choices) if fresh else None,
         metric=config.metric_names,
         mode=["max" if is_maximize(d) else "min" for d in config.directions],
-        sampler=make_sampler(config.search.sampler, sampler_seed, config.budget.trials),
+        sampler=make_sampler(config.search.sampler, sampler_seed, config.budget.trials, probe_rule(config)),
         storage=storage, study_name=study_name, config=config, policy=policy, on_skip=records.free_skip,
     )
     trainable = tune.with_resources(

@@ -1,0 +1,93 @@
+"""samplers.ScaledProbe: after the random start, gp and tpe first propose what scaling the best
+config so far would, then the model's picks. Trials here are looked up from a known function
+(no training): what is tested is which configs the sampler proposes."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from tests.conftest import tiny_config
+from tune_batch.backends.optuna import Objective, optimize
+from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
+from tune_batch.samplers import ScaledProbe, make_sampler, probe_rule, startup_trials
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+DIVERGES_ABOVE = 0.15
+
+
+def _ridge(config, params, *, trial_id, extra, run_dir):
+    """val_acc peaks at lr = 0.02 x batch / 16 (the linear rule) and falls off in log lr; every
+    rate above DIVERGES_ABOVE diverges; samples/s grows with the batch."""
+    b, lr = params.batch_size, params.lr
+    if lr > DIVERGES_ABOVE:
+        return TrialResult(trial_id, params, Status.DIVERGED, "loss nan (looked up)")
+    acc = math.exp(-math.log(lr / (0.02 * b / 16)) ** 2)
+    return TrialResult(trial_id, params, Status.OK,
+                       metrics=Metrics(samples_per_s=100.0 * b, device_util=0.5, val_acc=acc, peak_mem_bytes=1),
+                       info=TrialInfo(train_s=1.0))
+
+
+def _search(name: str, probe: str | None, n: int, start: list[tuple[int, float]]) -> optuna.Study:
+    cfg = tiny_config(space={"batch_size": [16, 32, 64, 128], "lr": {"low": 0.001, "high": 0.3}})
+    assert startup_trials(n) == len(start)
+    study = optuna.create_study(directions=cfg.directions, sampler=make_sampler(name, 0, n, probe))
+    for b, lr in start:  # the random start, fixed so that the probes are known
+        study.enqueue_trial({"batch_size": b, "lr": lr, "num_gpus": 1})
+    optimize(study, Objective(cfg, runner=_ridge, free_skips=True), n)
+    return study
+
+
+@pytest.mark.parametrize("name", ["gp", "tpe"])
+def test_the_probe_climbs_the_best_rate_then_carries_it_to_larger_batches_below_the_edge(name: str) -> None:
+    start = [(16, 0.005), (64, 0.002), (128, 0.01)]
+    study = _search(name, "linear", 9, start)
+    trials = study.get_trials()
+    probes = [(t.params["batch_size"], t.params["lr"]) for t in trials if t.system_attrs.get(ScaledProbe.ATTR)]
+    step = ScaledProbe.STEP
+    expected = [
+        (16, 0.005 * step),           # climb the anchor (16, 0.005): nothing tried above it
+        (16, 0.005 * step ** 2),      # the new anchor, climbed again
+        (16, 0.005 * step ** 3),      # ... once more: worse, the anchor stays (16, 0.03125)
+        (32, 0.03125 * 2),            # the next batch size at the linearly scaled rate
+        (32, 0.0625 * step),          # that one is the best now (as accurate, faster): climbed; diverges
+        (64, 0.0625),                 # 64 x 0.0625 / 32 = 0.125 reaches the edge 0.156 / NEAR: one STEP below it
+    ]
+    assert probes[:len(expected)] == [(b, pytest.approx(lr)) for b, lr in expected]
+    assert [t.user_attrs["status"] for t in trials if t.params["lr"] > DIVERGES_ABOVE] == ["diverged"]
+    # the first proposals after the start were the probe's, none of the random start was
+    assert [t.system_attrs.get(ScaledProbe.ATTR, False) for t in trials[:4]] == [False, False, False, True]
+
+
+def test_the_probe_skips_a_batch_size_that_ran_out_of_memory_and_leaves_the_rest_to_the_model() -> None:
+    def oom_at_64(config, params, **kw):
+        if params.batch_size >= 64:
+            return TrialResult(kw["trial_id"], params, Status.OOM, "CUDA out of memory (looked up)")
+        return _ridge(config, params, **kw)
+
+    cfg = tiny_config(space={"batch_size": [16, 32, 64, 128], "lr": {"low": 0.001, "high": 0.3}})
+    study = optuna.create_study(directions=cfg.directions, sampler=make_sampler("gp", 0, 9, "linear"))
+    for b, lr in [(64, 0.04), (16, 0.01), (32, 0.01)]:
+        study.enqueue_trial({"batch_size": b, "lr": lr, "num_gpus": 1})
+    optimize(study, Objective(cfg, runner=oom_at_64, free_skips=True), 9)
+    probed = [t.params["batch_size"] for t in study.get_trials() if t.system_attrs.get(ScaledProbe.ATTR)]
+    assert probed and 64 not in probed and 128 not in probed
+    ran = [t for t in study.get_trials() if not t.user_attrs.get("free_skip")]
+    assert len(ran) == 9 and any(not t.system_attrs.get(ScaledProbe.ATTR) for t in ran[3:])  # the model's turn came
+
+
+def test_the_probe_follows_the_config() -> None:
+    assert probe_rule(tiny_config()) == "linear"
+    assert probe_rule(tiny_config(optimizer={"name": "adam"})) == "sqrt"
+    assert probe_rule(tiny_config(search={"scale_probe": False})) is None
+    # the learning rate decides nothing a throughput-only search scores: no probe
+    assert probe_rule(tiny_config(objectives=[{"metric": "samples_per_s", "direction": "maximize"}])) is None
+    assert not isinstance(make_sampler("gp", 0, 9, None), ScaledProbe)
+    assert not isinstance(make_sampler("random", 0, 9, "linear"), ScaledProbe)
+    with pytest.raises(ValueError, match="allowed: linear, sqrt"):
+        make_sampler("gp", 0, 9, "cubic")
+    study = _search("gp", None, 9, [(16, 0.005), (64, 0.002), (128, 0.01)])
+    assert not any(t.system_attrs.get(ScaledProbe.ATTR) for t in study.get_trials())
