@@ -3,12 +3,14 @@
 --measure   trains every point of a config's grid for real (every batch size x a log grid of
             learning rates, num_gpus 1), --repeats times interleaved, and stores the median record
             of each point with the machine in --table. Minutes on the 2-core machine: a script,
-            not a test. Six grids are committed under benchmarks/ (<name>_grid.json, each with
+            not a test. Seven grids are committed under benchmarks/ (<name>_grid.json, each with
             its config <name>_grid.yaml but the quickstart's, configs/quickstart.yaml).
 (default)   replays searches against the tables: a trial's result is looked up, not trained,
             through tune_batch's own Objective (policy, feasibility model, Optuna seam). Samplers:
             grid (Optuna's GridSampler: the grid in random order), random, tpe, nsga2, gp, and tpe
-            seeded with the batch-size ladder exactly as a search ships it (tpe+ladder), and
+            seeded with the batch-size ladder exactly as a search ships it (tpe+ladder); gp and tpe
+            as a search builds them (the scaling probe, search.scale_probe, on), gp-noprobe and
+            tpe-noprobe without it (as they shipped before 2026-12-01's twelfth session), and
             gp-optuna-startup (gp as it shipped before its random start counted budget trials
             only: Optuna's own n_startup_trials, which counts free skips); the
             feasibility model on; at 10 %, 25 % and 50 % of the grid, over --seeds seeds; on every
@@ -37,12 +39,14 @@ hv_frac single reading
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
 both scores are printed, and the default against random search paired over seeds (both start
-from the same random proposals), with a sign-flip test per case. Six grids: quickstart,
+from the same random proposals), with a sign-flip test per case. Seven grids: quickstart,
 synthetic (small CNNs, SGD), mlp (an MLP on digits), adam (a small CNN with Adam), mlp_adam (an
-MLP with Adam on synthetic images) and deep_mlp (a 4 x 256 MLP with SGD on synthetic images);
+MLP with Adam on synthetic images), deep_mlp (a 4 x 256 MLP with SGD on synthetic images) and
+mlp3_digits (a 3 x 128 MLP with SGD on digits);
 adam was measured only after the default was chosen on the other three, mlp_adam only after gp
-became the default, and deep_mlp after the random start counted budget trials only (2026-12-01):
-held-out checks. On deep_mlp the default is below random search (README, "Choosing the sampler").
+became the default, deep_mlp after the random start counted budget trials only and mlp3_digits
+after the scaling probe became the default (2026-12-01): held-out checks. No sampler reaches 0.90
+on deep_mlp at 25 % (README, "Choosing the sampler").
 
 Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
@@ -444,7 +448,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / f"{g}_grid.json")
                                                      for g in ("quickstart", "synthetic", "mlp", "adam", "mlp_adam",
-                                                               "deep_mlp")],
+                                                               "deep_mlp", "mlp3_digits")],
                     help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
     ap.add_argument("--objectives", default="samples_per_s,val_acc",
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")

@@ -230,9 +230,9 @@ class ResourcesConfig(_Section):
 class SearchConfig(_Section):
     backend: Literal["ray", "optuna"] = "ray"
     sampler: Literal["tpe", "nsga2", "gp", "random"] = "gp"
-    """gp: the best worst case of scripts/bench_search.py over two measured grids and four memory
-    caps at 25 % of the grid (see README, "Choosing the sampler"); tpe (constant liar) may suit
-    many concurrent trials better (not measured)."""
+    """gp (with ``scale_probe``): scripts/bench_search.py's default, judged by the worst case over
+    seven measured grids and four memory caps at 25 % of the grid (see README, "Choosing the
+    sampler"); tpe (constant liar) may suit many concurrent trials better (not measured)."""
     seed: int = 0
     address: str | None = None
     """null: start a local Ray instance; 'auto' or 'ray://host:port': use an existing cluster."""
