@@ -69,7 +69,7 @@ def test_the_probe_skips_a_batch_size_that_ran_out_of_memory_and_leaves_the_rest
         return _ridge(config, params, **kw)
 
     cfg = tiny_config(space={"batch_size": [16, 32, 64, 128], "lr": {"low": 0.001, "high": 0.3}})
-    study = optuna.create_study(directions=cfg.directions, sampler=make_sampler("gp", 0, 9, "linear"))
+    study = optuna.create_study(directions=cfg.directions, sampler=make_sampler("tpe", 0, 9, "linear"))
     for b, lr in [(64, 0.04), (16, 0.01), (32, 0.01)]:
         study.enqueue_trial({"batch_size": b, "lr": lr, "num_gpus": 1})
     optimize(study, Objective(cfg, runner=oom_at_64, free_skips=True), 9)
@@ -89,5 +89,5 @@ def test_the_probe_follows_the_config() -> None:
     assert not isinstance(make_sampler("random", 0, 9, "linear"), ScaledProbe)
     with pytest.raises(ValueError, match="allowed: linear, sqrt"):
         make_sampler("gp", 0, 9, "cubic")
-    study = _search("gp", None, 9, [(16, 0.005), (64, 0.002), (128, 0.01)])
+    study = _search("tpe", None, 9, [(16, 0.005), (64, 0.002), (128, 0.01)])
     assert not any(t.system_attrs.get(ScaledProbe.ATTR) for t in study.get_trials())

@@ -241,10 +241,7 @@ class SearchConfig(_Section):
     at most a third of the budget) at square-root-scaled learning rates, then let the sampler take
     over. Off by default: with gp it lowered the worst case of the replay benchmark."""
     scale_probe: bool = True
-    """gp and tpe: after the random start, propose first what scaling the best config so far
-    would (its learning rate once higher, then each larger batch size at the linearly, or for an
-    adaptive optimizer square-root, scaled rate, below any rate that diverged), then the model's
-    picks (samplers.ScaledProbe). Only when val_acc is an objective."""
+    """gp, tpe: after the random start, first scale the best config up (samplers.ScaledProbe; needs val_acc)."""
     log_to: list[Literal["mlflow"]] = Field(default_factory=list)
     """Experiment trackers the search's records, front and recommendation are sent to."""
     tracking_uri: str | None = None

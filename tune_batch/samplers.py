@@ -61,16 +61,16 @@ class ScaledProbe(optuna.samplers.BaseSampler):
     so far to the next batch size, the way an engineer scales a working config up; the model
     (``model``, e.g. BudgetStartup(GPSampler)) proposes when no probe is left.
 
-    The anchor is the ``ok`` trial with the best ``val_acc``. Its own batch size is climbed once
-    first (learning rate x ``STEP``) when nothing above the anchor's rate was tried there: at a
+    The anchor is the ``ok`` trial with the best ``val_acc``. Its own batch size is climbed
+    first (learning rate x ``STEP``) while nothing above the anchor's rate was tried there: at a
     fixed sample budget a larger rate trains further until it is unstable. Then each larger batch
     size in turn gets the anchor's rate scaled by (b / b_anchor) ** ``exponent`` (1: linear, for
     SGD, Goyal et al. 2017; 0.5: square root, for adaptive optimizers), unless a trial there
     (finished or running) is within a factor ``NEAR`` of it, or one was skipped; the walk stops
-    at a batch size that ran out of memory. A rate that diverged at the anchor's batch size or a larger one is an edge for every
-    probe (a smaller batch, with noisier gradients, is no more stable): a probe that would reach
-    it steps a factor ``STEP`` below it instead. Probes are marked on their trial (system
-    attribute ``tune_batch_probe``).
+    at a batch size that ran out of memory. A rate that diverged at the anchor's batch size or a
+    larger one is an edge for every probe (a smaller batch, with noisier gradients, is no more
+    stable): a probe that would reach it steps a factor ``STEP`` below it instead. Probes are
+    marked on their trial (system attribute ``tune_batch_probe``).
 
     Why: on the deep_mlp grid the Gaussian process spent most trials at the edges of the
     learning-rate range while the front lay on one ridge next to the divergence boundary
@@ -103,7 +103,8 @@ class ScaledProbe(optuna.samplers.BaseSampler):
             return None
         anchor = max(ok, key=lambda t: (t.user_attrs["metric:val_acc"], t.user_attrs.get("metric:samples_per_s", 0.0)))
         b0, lr0 = anchor.params["batch_size"], anchor.params["lr"]
-        edges = [t.params["lr"] for t in done if t.user_attrs.get("status") == "diverged" and t.params["batch_size"] >= b0]
+        edges = [t.params["lr"] for t in done
+                 if t.user_attrs.get("status") == "diverged" and t.params["batch_size"] >= b0]
         edge = min(edges) if edges else math.inf
         up = min(lr_dist.high, lr0 * self.STEP)
         if (lr0 * self.NEAR < up < edge / self.NEAR
