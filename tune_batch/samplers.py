@@ -13,7 +13,31 @@ def startup_trials(n_trials: int) -> int:
     return min(10, max(3, n_trials // 3))
 
 
-class BudgetStartup(optuna.samplers.BaseSampler):
+class _Wrapping(optuna.samplers.BaseSampler):
+    """A sampler that hands everything to ``self._model`` unless a subclass says otherwise."""
+
+    _model: optuna.samplers.BaseSampler
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return self._model.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+        return self._model.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        return self._model.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self._model.before_trial(study, trial)
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        self._model.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._model.reseed_rng()
+
+
+class BudgetStartup(_Wrapping):
     """A model-based Optuna sampler whose random start-up is counted in trials of the budget.
 
     A proposal the feasibility model skips is told to the study (COMPLETE, infeasible: the
@@ -45,18 +69,12 @@ class BudgetStartup(optuna.samplers.BaseSampler):
         sampler = self._random if self._starting(study) else self._model
         return sampler.sample_independent(study, trial, param_name, param_distribution)
 
-    def before_trial(self, study: Any, trial: Any) -> None:
-        self._model.before_trial(study, trial)
-
-    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-        self._model.after_trial(study, trial, state, values)
-
     def reseed_rng(self) -> None:
         self._model.reseed_rng()
         self._random.reseed_rng()
 
 
-class ScaledProbe(optuna.samplers.BaseSampler):
+class ScaledProbe(_Wrapping):
     """After the model's random start, each proposal first carries the best learning rate found
     so far to the next batch size, the way an engineer scales a working config up; the model
     (``model``, e.g. BudgetStartup(GPSampler)) proposes when no probe is left.
@@ -124,9 +142,6 @@ class ScaledProbe(optuna.samplers.BaseSampler):
                 return {"batch_size": b, "lr": lr}
         return None
 
-    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
-        return self._model.infer_relative_search_space(study, trial)
-
     def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
         probe = self._probe(study, search_space) if search_space else None
         if probe is None:
@@ -134,18 +149,6 @@ class ScaledProbe(optuna.samplers.BaseSampler):
         study._storage.set_trial_system_attr(trial._trial_id, self.ATTR, True)
         rest = {k: v for k, v in search_space.items() if k not in probe}
         return {**probe, **(self._model.sample_relative(study, trial, rest) if rest else {})}
-
-    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
-        return self._model.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: Any, trial: Any) -> None:
-        self._model.before_trial(study, trial)
-
-    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
-        self._model.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self._model.reseed_rng()
 
 
 def probe_rule(config: Any) -> str | None:
