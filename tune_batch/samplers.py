@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
+
+from tune_batch.records import Status
 
 
 def startup_trials(n_trials: int) -> int:
@@ -77,7 +80,8 @@ class BudgetStartup(_Wrapping):
 class ScaledProbe(_Wrapping):
     """After the model's random start, each proposal first carries the best learning rate found
     so far to the next batch size, the way an engineer scales a working config up; the model
-    (``model``, e.g. BudgetStartup(GPSampler)) proposes when no probe is left.
+    proposes when no probe is left. The model is a BudgetStartup: its empty relative search space
+    during the random start is what keeps the probe out of it.
 
     The anchor is the ``ok`` trial with the best ``val_acc``. Its own batch size is climbed
     first (learning rate x ``STEP``) while nothing above the anchor's rate was tried there: at a
@@ -99,14 +103,11 @@ class ScaledProbe(_Wrapping):
     STEP = 2.5
     ATTR = "tune_batch_probe"
 
-    def __init__(self, model: optuna.samplers.BaseSampler, exponent: float, n_startup: int) -> None:
+    def __init__(self, model: BudgetStartup, exponent: float) -> None:
         self._model = model
         self._exponent = exponent
-        self._n_startup = n_startup
 
     def _probe(self, study: Any, space: dict[str, Any]) -> dict[str, Any] | None:
-        import math
-
         dist, lr_dist = space.get("batch_size"), space.get("lr")
         if dist is None or lr_dist is None:
             return None
@@ -114,15 +115,13 @@ class ScaledProbe(_Wrapping):
         tried = [t for t in study._get_trials(deepcopy=False, states=states, use_cache=False)
                  if "batch_size" in t.params and "lr" in t.params]
         done = [t for t in tried if t.state == optuna.trial.TrialState.COMPLETE]
-        if sum(1 for t in done if not t.user_attrs.get("free_skip")) < self._n_startup:
-            return None
-        ok = [t for t in done if t.user_attrs.get("status") == "ok" and "metric:val_acc" in t.user_attrs]
+        ok = [t for t in done if t.user_attrs.get("status") == Status.OK and "metric:val_acc" in t.user_attrs]
         if not ok:
             return None
         anchor = max(ok, key=lambda t: (t.user_attrs["metric:val_acc"], t.user_attrs.get("metric:samples_per_s", 0.0)))
         b0, lr0 = anchor.params["batch_size"], anchor.params["lr"]
         edges = [t.params["lr"] for t in done
-                 if t.user_attrs.get("status") == "diverged" and t.params["batch_size"] >= b0]
+                 if t.user_attrs.get("status") == Status.DIVERGED and t.params["batch_size"] >= b0]
         edge = min(edges) if edges else math.inf
         up = min(lr_dist.high, lr0 * self.STEP)
         if (lr0 * self.NEAR < up < edge / self.NEAR
@@ -130,9 +129,9 @@ class ScaledProbe(_Wrapping):
             return {"batch_size": b0, "lr": up}
         for b in sorted(c for c in dist.choices if c > b0):
             at_b = [t for t in tried if t.params["batch_size"] == b]
-            if any(t.user_attrs.get("status") == "oom" and t.params["batch_size"] <= b for t in done):
+            if any(t.user_attrs.get("status") == Status.OOM and t.params["batch_size"] <= b for t in done):
                 break  # a larger batch needs more memory
-            if any(t.user_attrs.get("status") == "skipped" for t in at_b):
+            if any(t.user_attrs.get("status") == Status.SKIPPED for t in at_b):
                 continue
             lr = lr0 * (b / b0) ** self._exponent
             if lr >= edge / self.NEAR:
@@ -178,7 +177,7 @@ def make_sampler(name: str, seed: int, n_trials: int, probe: str | None = None) 
             return started
         if probe not in ("linear", "sqrt"):
             raise ValueError(f"probe = {probe!r}: allowed: linear, sqrt, None")
-        return ScaledProbe(started, 1.0 if probe == "linear" else 0.5, n_startup)
+        return ScaledProbe(started, 1.0 if probe == "linear" else 0.5)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, n_trials // 3)))
     if name == "random":
