@@ -32,7 +32,7 @@ def _ridge(config, params, *, trial_id, extra, run_dir):
 
 
 def _search(name: str, probe: str | None, n: int, start: list[tuple[int, float]]) -> optuna.Study:
-    cfg = tiny_config(space={"batch_size": [16, 32, 64, 128], "lr": {"low": 0.001, "high": 0.3}})
+    cfg = tiny_config(space={"batch_size": [16, 32, 64, 128], "lr": {"low": 0.001, "high": 0.2}})
     assert startup_trials(n) == len(start)
     study = optuna.create_study(directions=cfg.directions, sampler=make_sampler(name, 0, n, probe))
     for b, lr in start:  # the random start, fixed so that the probes are known
@@ -44,7 +44,7 @@ def _search(name: str, probe: str | None, n: int, start: list[tuple[int, float]]
 @pytest.mark.parametrize("name", ["gp", "tpe"])
 def test_the_probe_climbs_the_best_rate_then_carries_it_to_larger_batches_below_the_edge(name: str) -> None:
     start = [(16, 0.005), (64, 0.002), (128, 0.01)]
-    study = _search(name, "linear", 9, start)
+    study = _search(name, "linear", 11, start)
     trials = study.get_trials()
     probes = [(t.params["batch_size"], t.params["lr"]) for t in trials if t.system_attrs.get(ScaledProbe.ATTR)]
     step = ScaledProbe.STEP
@@ -54,12 +54,42 @@ def test_the_probe_climbs_the_best_rate_then_carries_it_to_larger_batches_below_
         (16, 0.005 * step ** 3),      # ... once more: worse, the anchor stays (16, 0.03125)
         (32, 0.03125 * 2),            # the next batch size at the linearly scaled rate
         (32, 0.0625 * step),          # that one is the best now (as accurate, faster): climbed; diverges
-        (64, 0.0625),                 # 64 x 0.0625 / 32 = 0.125 reaches the edge 0.156 / NEAR: one STEP below it
+        (64, 0.125),                  # linear again: a divergence at the smaller 32 does not bound 64
+        # the new anchor (as accurate, faster) is not climbed: the range ends at 0.2, within NEAR of it
+        (128, 0.2),                   # linear, 0.25, held at the range's end: diverges
+        (128, 0.125),                 # 0.25 is within NEAR of 128's edge: max(anchor's rate, edge / STEP)
     ]
     assert probes[:len(expected)] == [(b, pytest.approx(lr)) for b, lr in expected]
-    assert [t.user_attrs["status"] for t in trials if t.params["lr"] > DIVERGES_ABOVE] == ["diverged"]
+    assert [t.params["batch_size"] for t in trials if t.user_attrs["status"] == "diverged"] == [32, 128]
     # the first proposals after the start were the probe's, none of the random start was
     assert [t.system_attrs.get(ScaledProbe.ATTR, False) for t in trials[:4]] == [False, False, False, True]
+
+
+def _plateau(config, params, *, trial_id, extra, run_dir):
+    """Every batch size diverges above lr 0.05; val_acc peaks at lr 0.04 and is higher for a
+    smaller batch (more steps of the same sample budget)."""
+    b, lr = params.batch_size, params.lr
+    if lr > 0.05:
+        return TrialResult(trial_id, params, Status.DIVERGED, "loss nan (looked up)")
+    acc = math.exp(-math.log(lr / 0.04) ** 2) * (1 - b / 512)
+    return TrialResult(trial_id, params, Status.OK,
+                       metrics=Metrics(samples_per_s=100.0 * b, device_util=0.5, val_acc=acc, peak_mem_bytes=1),
+                       info=TrialInfo(train_s=1.0))
+
+
+@pytest.mark.parametrize("name", ["gp", "tpe"])
+def test_the_probe_walks_down_at_the_anchors_rate_when_a_smaller_batch_trains_further(name: str) -> None:
+    cfg = tiny_config(space={"batch_size": [16, 32, 64, 128], "lr": {"low": 0.001, "high": 0.3}})
+    study = optuna.create_study(directions=cfg.directions, sampler=make_sampler(name, 0, 9, "linear"))
+    for b, lr in [(128, 0.04), (16, 0.001), (32, 0.002)]:
+        study.enqueue_trial({"batch_size": b, "lr": lr, "num_gpus": 1})
+    optimize(study, Objective(cfg, runner=_plateau, free_skips=True), 9)
+    trials = study.get_trials()
+    probes = [(t.params["batch_size"], t.params["lr"]) for t in trials if t.system_attrs.get(ScaledProbe.ATTR)]
+    # climbed (diverges; nothing larger than 128), then down one batch size at a time at the
+    # anchor's rate, each better than the last; then nothing is left to probe: the model's turn
+    assert probes == [(128, pytest.approx(0.1)), (64, 0.04), (32, 0.04), (16, 0.04)]
+    assert not trials[-1].system_attrs.get(ScaledProbe.ATTR) and len(trials) == 9
 
 
 def test_the_probe_skips_a_batch_size_that_ran_out_of_memory_and_leaves_the_rest_to_the_model() -> None:

@@ -79,7 +79,7 @@ class BudgetStartup(_Wrapping):
 
 class ScaledProbe(_Wrapping):
     """After the model's random start, each proposal first carries the best learning rate found
-    so far to the next batch size, the way an engineer scales a working config up; the model
+    so far to the other batch sizes, the way an engineer scales a working config; the model
     proposes when no probe is left. The model is a BudgetStartup: its empty relative search space
     during the random start is what keeps the probe out of it.
 
@@ -89,10 +89,13 @@ class ScaledProbe(_Wrapping):
     size in turn gets the anchor's rate scaled by (b / b_anchor) ** ``exponent`` (1: linear, for
     SGD, Goyal et al. 2017; 0.5: square root, for adaptive optimizers), unless a trial there
     (finished or running) is within a factor ``NEAR`` of it, or one was skipped; the walk stops
-    at a batch size that ran out of memory. A rate that diverged at the anchor's batch size or a
-    larger one is an edge for every probe (a smaller batch, with noisier gradients, is no more
-    stable): a probe that would reach it steps a factor ``STEP`` below it instead. Probes are
-    marked on their trial (system attribute ``tune_batch_probe``).
+    at a batch size that ran out of memory. Then the next smaller batch size gets the anchor's own
+    rate (more steps of the same sample budget train further, while stable); a better result
+    there becomes the anchor and the walks start again from it. Only a rate that diverged at the
+    probed batch size or a larger one bounds a probe (a smaller batch, with noisier gradients, is
+    no more stable; a larger one may be): a probe that would come within ``NEAR`` of it steps a
+    factor ``STEP`` below it instead. Probes are marked on their trial (system attribute
+    ``tune_batch_probe``).
 
     Why: on the deep_mlp grid the Gaussian process spent most trials at the edges of the
     learning-rate range while the front lay on one ridge next to the divergence boundary
@@ -120,25 +123,32 @@ class ScaledProbe(_Wrapping):
             return None
         anchor = max(ok, key=lambda t: (t.user_attrs["metric:val_acc"], t.user_attrs.get("metric:samples_per_s", 0.0)))
         b0, lr0 = anchor.params["batch_size"], anchor.params["lr"]
-        edges = [t.params["lr"] for t in done
-                 if t.user_attrs.get("status") == Status.DIVERGED and t.params["batch_size"] >= b0]
-        edge = min(edges) if edges else math.inf
+        diverged = [t for t in done if t.user_attrs.get("status") == Status.DIVERGED]
+
+        def edge(b: int) -> float:  # the smallest rate known to diverge at batch size b
+            return min((t.params["lr"] for t in diverged if t.params["batch_size"] >= b), default=math.inf)
+
+        def free(b: int, lr: float) -> dict[str, Any] | None:  # the probe, unless a trial at b is near it
+            lr = min(lr_dist.high, max(lr_dist.low, lr))
+            near = any(t.params["batch_size"] == b and abs(math.log(t.params["lr"] / lr)) < math.log(self.NEAR)
+                       for t in tried)
+            return None if near else {"batch_size": b, "lr": lr}
+
         up = min(lr_dist.high, lr0 * self.STEP)
-        if (lr0 * self.NEAR < up < edge / self.NEAR
+        if (lr0 * self.NEAR < up < edge(b0) / self.NEAR
                 and not any(t.params["batch_size"] == b0 and t.params["lr"] > lr0 * self.NEAR for t in tried)):
             return {"batch_size": b0, "lr": up}
-        for b in sorted(c for c in dist.choices if c > b0):
-            at_b = [t for t in tried if t.params["batch_size"] == b]
-            if any(t.user_attrs.get("status") == Status.OOM and t.params["batch_size"] <= b for t in done):
-                break  # a larger batch needs more memory
-            if any(t.user_attrs.get("status") == Status.SKIPPED for t in at_b):
-                continue
+        skipped = {t.params["batch_size"] for t in done if t.user_attrs.get("status") == Status.SKIPPED}
+        oom = min((t.params["batch_size"] for t in done if t.user_attrs.get("status") == Status.OOM), default=math.inf)
+        for b in sorted(c for c in dist.choices if b0 < c < oom and c not in skipped):  # a larger batch needs more memory
             lr = lr0 * (b / b0) ** self._exponent
-            if lr >= edge / self.NEAR:
-                lr = max(lr0, edge / self.STEP)
-            lr = min(lr_dist.high, max(lr_dist.low, lr))
-            if not any(abs(math.log(t.params["lr"] / lr)) < math.log(self.NEAR) for t in at_b):
-                return {"batch_size": b, "lr": lr}
+            probe = free(b, lr if lr < edge(b) / self.NEAR else max(lr0, edge(b) / self.STEP))
+            if probe:
+                return probe
+        below = [c for c in dist.choices if c < b0 and c not in skipped]
+        if below:  # one batch size down: if it did no better there, the anchor's rate is as far as it goes
+            b = max(below)
+            return free(b, lr0 if lr0 < edge(b) / self.NEAR else edge(b) / self.STEP)
         return None
 
     def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
