@@ -88,6 +88,12 @@ def _stop_cluster(root: str, cwd: Path) -> None:
             continue
 
 
+def _client_server_logs(root: str) -> str:
+    """The tails of the head node's Ray Client server logs: why a connection was refused."""
+    logs = sorted(Path(root).glob("session_*/logs/ray_client_server*"))
+    return "".join(f"\n--- {f.name}:\n{f.read_text(errors='replace')[-1500:]}" for f in logs)
+
+
 def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> None:
     """README's cluster recipe as written: `ray start --head`, `ray start --address` (separate
     processes), then `search --address HOST:PORT` (a 2-worker trial across both nodes) and
@@ -140,7 +146,7 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
         one.write_text(yaml.safe_dump(tiny_config(budget={"trials": 1, "train_samples": 512}).to_dict()))
         p = run(sys.executable, "-m", "tune_batch", "search", str(one), "--address", f"ray://127.0.0.1:{client}",
                 "--output", str(tmp_path / "client-run"), "--quiet")
-        assert p.returncode == 0, p.stderr[-3000:]
+        assert p.returncode == 0, p.stderr[-3000:] + _client_server_logs(root)
         (rec,) = _records(tmp_path / "client-run")  # Tune's driver ran on the head node, which sees this directory
         assert rec["status"] == "ok", rec["reason"]
     finally:

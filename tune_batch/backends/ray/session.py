@@ -10,6 +10,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -90,15 +91,26 @@ def _loopback(local: bool) -> Iterator[None]:
             os.environ[LOOPBACK_ENV] = saved_env
 
 
-def _init(kwargs: dict[str, Any]) -> None:
-    """ray.init; over Ray Client once more after "Initialization failure from server" (its proxy
-    sometimes fails to start the session's server on a first connection; seen with Ray 2.60)."""
-    try:
-        ray.init(**kwargs)
-    except ConnectionError as e:
-        if not str(kwargs.get("address", "")).startswith("ray://") or "Initialization failure" not in str(e):
-            raise
-        ray.init(**kwargs)
+def _init(kwargs: dict[str, Any], attempts: int = 3, pause_s: float = 2.0) -> None:
+    """ray.init; over Ray Client up to ``attempts`` times, ``pause_s`` apart, after "Initialization
+    failure from server" (its proxy sometimes fails to start the session's server on a first
+    connection, twice running on a loaded 2-core machine; seen with Ray 2.60)."""
+    for attempt in range(attempts):
+        try:
+            ray.init(**kwargs)
+            return
+        except ConnectionError as e:
+            retry = str(kwargs.get("address", "")).startswith("ray://") and "Initialization failure" in str(e)
+            if not retry or attempt == attempts - 1:
+                raise
+            time.sleep(pause_s)
+
+
+def _reason(e: BaseException) -> str:
+    """One line for a connection error: its first line, and its last (the cause, where Ray Client
+    put the server's traceback between them)."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()] or [type(e).__name__]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
 
 
 @contextlib.contextmanager
@@ -132,7 +144,7 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
                 _init(kwargs)
             except ConnectionError as e:
                 raise UserError(f"--address {address!r}: cannot connect to a Ray cluster there "
-                                f"({str(e).splitlines()[0]})") from e
+                                f"({_reason(e)})") from e
             try:
                 with sigterm_as_sigint():  # ray.init set its own (sys.exit): a SIGTERM stops Tune like Ctrl-C
                     yield dict(ray.cluster_resources())
