@@ -39,14 +39,14 @@ hv_frac single reading
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
 both scores are printed, and the default against random search paired over seeds (both start
-from the same random proposals), with a sign-flip test per case. Seven grids: quickstart,
+from the same random proposals), with a sign-flip test per case. Eight grids: quickstart,
 synthetic (small CNNs, SGD), mlp (an MLP on digits), adam (a small CNN with Adam), mlp_adam (an
-MLP with Adam on synthetic images), deep_mlp (a 4 x 256 MLP with SGD on synthetic images) and
-mlp3_digits (a 3 x 128 MLP with SGD on digits);
-adam was measured only after the default was chosen on the other three, mlp_adam only after gp
-became the default, deep_mlp after the random start counted budget trials only and mlp3_digits
-after the scaling probe became the default (2026-12-01): held-out checks. No sampler reaches 0.90
-on deep_mlp at 25 % (README, "Choosing the sampler").
+MLP with Adam on synthetic images), deep_mlp (a 4 x 256 MLP with SGD on synthetic images),
+mlp3_digits (a 3 x 128 MLP with SGD on digits) and rmsprop_cnn (a small CNN with RMSprop on
+digits at 28 px); adam was measured only after the default was chosen on the other three,
+mlp_adam only after gp became the default, deep_mlp after the random start counted budget trials
+only, mlp3_digits after the scaling probe became the default and rmsprop_cnn after the probe
+walked down too (2026-12-01): held-out checks (README, "Choosing the sampler").
 
 Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
@@ -448,7 +448,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / f"{g}_grid.json")
                                                      for g in ("quickstart", "synthetic", "mlp", "adam", "mlp_adam",
-                                                               "deep_mlp", "mlp3_digits")],
+                                                               "deep_mlp", "mlp3_digits", "rmsprop_cnn")],
                     help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
     ap.add_argument("--objectives", default="samples_per_s,val_acc",
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")

@@ -231,7 +231,7 @@ class SearchConfig(_Section):
     backend: Literal["ray", "optuna"] = "ray"
     sampler: Literal["tpe", "nsga2", "gp", "random"] = "gp"
     """gp (with ``scale_probe``): scripts/bench_search.py's default, judged by the worst case over
-    seven measured grids and four memory caps at 25 % of the grid (see README, "Choosing the
+    eight measured grids and four memory caps at 25 % of the grid (see README, "Choosing the
     sampler"); tpe (constant liar) may suit many concurrent trials better (not measured)."""
     seed: int = 0
     address: str | None = None
@@ -241,7 +241,7 @@ class SearchConfig(_Section):
     at most a third of the budget) at square-root-scaled learning rates, then let the sampler take
     over. Off by default: with gp it lowered the worst case of the replay benchmark."""
     scale_probe: bool = True
-    """gp, tpe: after the random start, first scale the best config up (samplers.ScaledProbe; needs val_acc)."""
+    """gp, tpe: after the random start, first scale the best config to other batch sizes (samplers.ScaledProbe)."""
     log_to: list[Literal["mlflow"]] = Field(default_factory=list)
     """Experiment trackers the search's records, front and recommendation are sent to."""
     tracking_uri: str | None = None
