@@ -284,3 +284,35 @@ def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained()
     assert on.recommended.trial_id == 0 and pareto_payload(on)["recommended_on_front"] is True
     assert not any("not on the short-budget front" in n for n in on.notes)
     assert "*!" not in render_table(on)
+
+
+def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
+    """Each confirmed candidate is ranked by the geometric mean of its runs' time to target and the
+    time predicted for it from the other candidates' runs and the noise scale: batch 256's run came
+    in first (1.0 s), but with B_noise 50 it needs 3.7x the samples of batch 32, so it is
+    predicted at 2.3 s; batch 32 (1.2 s, predicted 0.92 s) is recommended."""
+    gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
+    short = [_rec(0, 2000, 0.90, b=256, **gns), _rec(1, 1000, 0.95, b=32, **gns),
+             _rec(2, 1000, 0.93, b=32, lr=0.02, **gns)]
+    runs = [_rec(f"{t}c0", sps, 0.97, b=b, confirm_of=t, curve=_curve([0.5, 0.97], samples=n, step_s=n / sps))
+            for t, b, sps, n in ((0, 256, 2000, 1000), (1, 32, 1000, 600), (2, 32, 1000, 650))]
+    cfg = tiny_config(objectives=OBJ)
+    report = decide(cfg, short + runs)
+    conf = report.confirmation
+    assert [c.trial.trial_id for c in conf.candidates] == [0, 1, 2]  # by the runs' time alone
+    assert [c.time_to_target_s for c in conf.candidates] == [pytest.approx(1.0), pytest.approx(1.2), pytest.approx(1.3)]
+    e_min = {0: 2000 / (1 + 256 / 50), 1: 1200 / (1 + 32 / 50), 2: 1300 / (1 + 32 / 50)}
+    predicted = {0: (e_min[1] + e_min[2]) / 2 * (1 + 256 / 50) / 2000, 1: (e_min[0] + e_min[2]) / 2 * (1 + 32 / 50) / 1000,
+                 2: (e_min[0] + e_min[1]) / 2 * (1 + 32 / 50) / 1000}
+    for c in conf.candidates:
+        assert c.estimate_s == pytest.approx((c.time_to_target_s * predicted[c.trial.trial_id]) ** 0.5)
+    assert conf.best.trial.trial_id == 1 and report.recommended.trial_id == 1
+    assert conf.to_dict()["recommended_trial_id"] == 1 and conf.to_dict()["candidates"][0]["estimate_s"] > 1.4
+    text = render_summary(report)
+    assert "trial 1 is recommended, not #1" in text and "ranked at" in text
+    # without a noise scale there is no prediction: the runs' time alone decides
+    plain = [TrialResult.from_record({**r.to_record(), "info": {**r.to_record()["info"], "gns_trace_sigma": None,
+                                                               "gns_grad_sq": None}}) for r in short]
+    alone = decide(cfg, plain + runs)
+    assert alone.recommended.trial_id == 0 and all(c.estimate_s == c.time_to_target_s
+                                                   for c in alone.confirmation.candidates)

@@ -116,7 +116,7 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
                      f"{short.params.batch_size} lr={short.params.lr:.3g}); confirmation at length chose trial "
                      f"{best.trial.trial_id}")
     method = (f"time_to_target: first to reach val_acc {conf.target:.3f} in confirmation runs of "
-              f"{conf.train_samples:.0f} samples")
+              f"{conf.train_samples:.0f} samples (with the time the noise scale predicts for it)")
     report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
     off = off_front_note(report)
     if off:
