@@ -24,7 +24,8 @@ EXPECTED = {
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path) -> None:
+def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TUNE_BATCH_HANG_GRACE_S", "3")  # the hung trial is stopped 8 + 3 s after it starts, not 8 + 10
     sizes = list(EXPECTED)
     cfg = tiny_config(model={"name": "tests.workloads:faulty", "kwargs": {}}, space={"batch_size": sizes},
                       budget={"trials": len(sizes), "train_samples": 1024, "trial_timeout_s": 8},
@@ -45,6 +46,7 @@ def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path) -> None
         assert rec["status"] == status, (b, rec["status"], rec["reason"])
         if words:
             assert words in rec["reason"], (b, rec["reason"])
+    assert "budget.trial_timeout_s + 3 s grace" in by_batch[96]["reason"]  # the override reached the trial
     trials = optuna.load_study(study_name="faults", storage=storage).get_trials()
     states = [t.state for t in trials]
     assert len(states) == len(sizes) and optuna.trial.TrialState.RUNNING not in states

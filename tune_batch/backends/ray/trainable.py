@@ -4,6 +4,7 @@ worker, on a Ray Train worker group for several), then one report to Tune."""
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import ray
@@ -20,6 +21,11 @@ from tune_batch.trial.faults import TrialTimeout
 from tune_batch.workload.resolve import install
 
 HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
+
+
+def hang_grace_s() -> float:
+    """HANG_GRACE_S, or ``TUNE_BATCH_HANG_GRACE_S`` (the tests shorten it, as the group start slack)."""
+    return max(0.0, float(os.environ.get("TUNE_BATCH_HANG_GRACE_S", HANG_GRACE_S)))
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
 CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of", "confirm_of")
@@ -49,9 +55,10 @@ def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
     threads = int(cpus) if cpus else None
     node = str(ray.get_runtime_context().get_node_id())
-    limit = config.budget.trial_timeout_s + HANG_GRACE_S
+    grace = hang_grace_s()
+    limit = config.budget.trial_timeout_s + grace
     if confirm_of is not None:  # a confirmation run: the longer budget, validated along the way
-        limit = confirm_timeout_s(config) + HANG_GRACE_S
+        limit = confirm_timeout_s(config) + grace
         def work() -> TrialResult:
             return confirm_run(config, params, trial_id=trial_id, confirm_of=confirm_of, threads=threads)
     else:
@@ -59,7 +66,7 @@ def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
             return run_trial(config, params, trial_id=trial_id, threads=threads, run_dir=run_dir, node_id=node)
     outcome = run_with_watchdog(work, limit, f"tune_batch-trial-{trial_id}")
     if outcome.hung:
-        reason = (f"timeout: still running {limit:g} s after it started (budget.trial_timeout_s + {HANG_GRACE_S:g} s "
+        reason = (f"timeout: still running {limit:g} s after it started (budget.trial_timeout_s + {grace:g} s "
                   f"grace); its process was stopped")
         return TrialResult(trial_id, params, Status.FAILED, reason, duration_s=limit,
                            info=TrialInfo(node_ids=[], watchdog=True)), True
