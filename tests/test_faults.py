@@ -25,10 +25,10 @@ EXPECTED = {
 @pytest.mark.slow
 @pytest.mark.ray
 def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TUNE_BATCH_HANG_GRACE_S", "3")  # the hung trial is stopped 8 + 3 s after it starts, not 8 + 10
+    monkeypatch.setenv("TUNE_BATCH_HANG_GRACE_S", "3")  # the hung trial is stopped 6 + 3 s after it starts, not 6 + 10
     sizes = list(EXPECTED)
     cfg = tiny_config(model={"name": "tests.workloads:faulty", "kwargs": {}}, space={"batch_size": sizes},
-                      budget={"trials": len(sizes), "train_samples": 1024, "trial_timeout_s": 8},
+                      budget={"trials": len(sizes), "train_samples": 1024, "trial_timeout_s": 6},
                       resources={"feasibility_model": False})
     run = tmp_path / "run"
     storage = f"sqlite:///{tmp_path / 'faults.db'}"

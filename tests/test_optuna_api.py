@@ -148,11 +148,8 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     assert 2 <= n < 5
     assert f"interrupted after {n} of 5 trials" in stderr and "Traceback" not in stderr
     assert "Pareto front" in stdout and (out / "pareto.json").exists()  # what finished is reported
-    if sig != signal.SIGTERM:
-        return  # the resume is the same after either signal (and after SIGKILL, tested above): once keeps the suite short
-    p = subprocess.run(cmd + ["--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    assert len(jsonl.read_text().splitlines()) == 5
+    # the resume is the same after either signal and after SIGKILL, which leaves RUNNING trials
+    # behind: tested above on both backends (and test_reliability's continued search)
 
 
 def _oom_at_64(config, params, *, trial_id, extra, run_dir):

@@ -174,7 +174,7 @@ def test_sigterm_stops_a_ray_search_cleanly(tmp_path: Path) -> None:
     import yaml
 
     path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(tiny_config(budget={"trials": 5, "train_samples": 2048}).to_dict()))
+    path.write_text(yaml.safe_dump(tiny_config(budget={"trials": 5, "train_samples": 1024}).to_dict()))
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "tune_batch", "search", str(path), "--output", str(out)],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
