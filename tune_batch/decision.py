@@ -115,8 +115,8 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
         notes.append(f"the short trials alone would have recommended trial {short.trial_id} (batch_size="
                      f"{short.params.batch_size} lr={short.params.lr:.3g}); confirmation at length chose trial "
                      f"{best.trial.trial_id}")
-    method = (f"time_to_target: first to reach val_acc {conf.target:.3f} in confirmation runs of "
-              f"{conf.train_samples:.0f} samples (with the time the noise scale predicts for it)")
+    method = (f"time_to_target: the shortest estimated time to val_acc {conf.target:.3f}, from confirmation runs of "
+              f"{conf.train_samples:.0f} samples and the time the noise scale predicts")
     report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
     off = off_front_note(report)
     if off:

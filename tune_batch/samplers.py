@@ -128,6 +128,9 @@ class ScaledProbe(_Wrapping):
         def edge(b: int) -> float:  # the smallest rate known to diverge at batch size b
             return min((t.params["lr"] for t in diverged if t.params["batch_size"] >= b), default=math.inf)
 
+        def under_edge(b: int, lr: float, floor: float = 0.0) -> float:  # lr, or a STEP below b's edge if near it
+            return lr if lr < edge(b) / self.NEAR else max(floor, edge(b) / self.STEP)
+
         def free(b: int, lr: float) -> dict[str, Any] | None:  # the probe, unless a trial at b is near it
             lr = min(lr_dist.high, max(lr_dist.low, lr))
             near = any(t.params["batch_size"] == b and abs(math.log(t.params["lr"] / lr)) < math.log(self.NEAR)
@@ -140,15 +143,16 @@ class ScaledProbe(_Wrapping):
             return {"batch_size": b0, "lr": up}
         skipped = {t.params["batch_size"] for t in done if t.user_attrs.get("status") == Status.SKIPPED}
         oom = min((t.params["batch_size"] for t in done if t.user_attrs.get("status") == Status.OOM), default=math.inf)
-        for b in sorted(c for c in dist.choices if b0 < c < oom and c not in skipped):  # a larger batch needs more memory
+        # up to the smallest batch size that ran out of memory (a larger one needs more)
+        for b in sorted(c for c in dist.choices if b0 < c < oom and c not in skipped):
             lr = lr0 * (b / b0) ** self._exponent
-            probe = free(b, lr if lr < edge(b) / self.NEAR else max(lr0, edge(b) / self.STEP))
+            probe = free(b, under_edge(b, lr, floor=lr0))
             if probe:
                 return probe
         below = [c for c in dist.choices if c < b0 and c not in skipped]
         if below:  # one batch size down: if it did no better there, the anchor's rate is as far as it goes
             b = max(below)
-            return free(b, lr0 if lr0 < edge(b) / self.NEAR else edge(b) / self.STEP)
+            return free(b, under_edge(b, lr0))
         return None
 
     def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:

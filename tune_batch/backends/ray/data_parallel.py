@@ -10,7 +10,6 @@ worker ran out of memory, ``failed`` otherwise.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ import ray
 import ray.train
 from ray.train.torch import TorchTrainer
 
-from tune_batch.backends.ray.watchdog import run_with_watchdog
+from tune_batch.backends.ray.watchdog import run_with_watchdog, seconds_from_env
 from tune_batch.config import Config, config_from_dict
 from tune_batch.oom import is_oom_error
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
@@ -86,10 +85,7 @@ def group_start_slack_s() -> float:
     """Seconds a worker group may take to start, beyond ``budget.trial_timeout_s``, before a
     group still running counts as hung (20-25 s were measured on a 2-core machine).
     ``TUNE_BATCH_GROUP_START_SLACK_S`` overrides it (the tests shorten it)."""
-    try:
-        return max(0.0, float(os.environ.get("TUNE_BATCH_GROUP_START_SLACK_S", "60")))
-    except ValueError:
-        return 60.0
+    return seconds_from_env("TUNE_BATCH_GROUP_START_SLACK_S", 60.0)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ worker, on a Ray Train worker group for several), then one report to Tune."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import ray
@@ -12,7 +11,7 @@ from ray import tune
 
 from tune_batch import objectives
 from tune_batch.backends.ray.resources import ResourcePlan
-from tune_batch.backends.ray.watchdog import run_with_watchdog
+from tune_batch.backends.ray.watchdog import run_with_watchdog, seconds_from_env
 from tune_batch.config import Config, config_from_dict
 from tune_batch.policy import skipped
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
@@ -21,11 +20,6 @@ from tune_batch.trial.faults import TrialTimeout
 from tune_batch.workload.resolve import install
 
 HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
-
-
-def hang_grace_s() -> float:
-    """HANG_GRACE_S, or ``TUNE_BATCH_HANG_GRACE_S`` (the tests shorten it, as the group start slack)."""
-    return max(0.0, float(os.environ.get("TUNE_BATCH_HANG_GRACE_S", HANG_GRACE_S)))
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
 CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of", "confirm_of")
@@ -55,7 +49,7 @@ def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
     threads = int(cpus) if cpus else None
     node = str(ray.get_runtime_context().get_node_id())
-    grace = hang_grace_s()
+    grace = seconds_from_env("TUNE_BATCH_HANG_GRACE_S", HANG_GRACE_S)
     limit = config.budget.trial_timeout_s + grace
     if confirm_of is not None:  # a confirmation run: the longer budget, validated along the way
         limit = confirm_timeout_s(config) + grace

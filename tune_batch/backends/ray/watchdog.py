@@ -7,6 +7,7 @@ the caller ends the process that holds it (raising in a Tune trial makes Ray dis
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,15 @@ class Outcome(Generic[T]):
     hung: bool
     value: T | None = None
     error: BaseException | None = None
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """A watchdog's allowance in seconds: ``default``, or the environment variable ``name`` where
+    it holds a number (the tests shorten them); never below 0."""
+    try:
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
 def run_with_watchdog(fn: Callable[[], T], timeout_s: float, name: str) -> Outcome[T]:
