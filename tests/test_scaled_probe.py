@@ -47,20 +47,22 @@ def test_the_probe_climbs_the_best_rate_then_carries_it_to_larger_batches_below_
     study = _search(name, "linear", 11, start)
     trials = study.get_trials()
     probes = [(t.params["batch_size"], t.params["lr"]) for t in trials if t.system_attrs.get(ScaledProbe.ATTR)]
-    step = ScaledProbe.STEP
+    step, near, top = ScaledProbe.STEP, ScaledProbe.NEAR, 0.2
+    lr1 = math.sqrt(0.005 * top)      # 6.3x above the anchor (16, 0.005): half the way to the range's top
+    lr2 = math.sqrt(lr1 * top)        # the new anchor, climbed half the way again (2.51x, above STEP)
     expected = [
-        (16, 0.005 * step),           # climb the anchor (16, 0.005): nothing tried above it
-        (16, 0.005 * step ** 2),      # the new anchor, climbed again
-        (16, 0.005 * step ** 3),      # ... once more: worse, the anchor stays (16, 0.03125)
-        (32, 0.03125 * 2),            # the next batch size at the linearly scaled rate
-        (32, 0.0625 * step),          # that one is the best now (as accurate, faster): climbed; diverges
-        (64, 0.125),                  # linear again: a divergence at the smaller 32 does not bound 64
-        # the new anchor (as accurate, faster) is not climbed: the range ends at 0.2, within NEAR of it
-        (128, 0.2),                   # linear, 0.25, held at the range's end: diverges
-        (128, 0.125),                 # 0.25 is within NEAR of 128's edge: max(anchor's rate, edge / STEP)
+        (16, lr1),
+        (16, lr2),                    # worse than lr1 at 16: past the peak, 16's edge
+        (32, lr1 * 2),                # linear: under that edge scaled to 32 (lr2 x sqrt 2, over NEAR)
+        # (32, lr1 * 2) is as accurate and faster: the anchor. Not climbed: 32's edge is near
+        (64, lr2 * 2 / step),         # linear (4 lr1) comes within NEAR of 64's edge, lr2 x 2: a STEP below it
+        (128, lr2 * 4 / step),        # the new anchor's rate x 2, under 128's edge (lr2 x sqrt 8 / NEAR)
     ]
-    assert probes[:len(expected)] == [(b, pytest.approx(lr)) for b, lr in expected]
-    assert [t.params["batch_size"] for t in trials if t.user_attrs["status"] == "diverged"] == [32, 128]
+    assert probes == [(b, pytest.approx(lr)) for b, lr in expected]
+    assert lr2 * 4 / step < lr2 * math.sqrt(8) / near < DIVERGES_ABOVE
+    # no probe diverged; the walk down then finds 64 near its last probe there: the model's turn
+    assert [t.user_attrs["status"] for t in trials if t.system_attrs.get(ScaledProbe.ATTR)] == ["ok"] * 5
+    assert len(trials) == 11
     # the first proposals after the start were the probe's, none of the random start was
     assert [t.system_attrs.get(ScaledProbe.ATTR, False) for t in trials[:4]] == [False, False, False, True]
 
@@ -86,9 +88,11 @@ def test_the_probe_walks_down_at_the_anchors_rate_when_a_smaller_batch_trains_fu
     optimize(study, Objective(cfg, runner=_plateau, free_skips=True), 9)
     trials = study.get_trials()
     probes = [(t.params["batch_size"], t.params["lr"]) for t in trials if t.system_attrs.get(ScaledProbe.ATTR)]
-    # climbed (diverges; nothing larger than 128), then down one batch size at a time at the
-    # anchor's rate, each better than the last; then nothing is left to probe: the model's turn
-    assert probes == [(128, pytest.approx(0.1)), (64, 0.04), (32, 0.04), (16, 0.04)]
+    # climbed half the way to the range's top (2.7x, above STEP; diverges; nothing larger than
+    # 128), then down one batch size at a time at the anchor's rate, each better than the last
+    # (0.04 stays under the edge: a rate too high at 128 is too high at a smaller batch size);
+    # then nothing is left to probe: the model's turn
+    assert probes == [(128, pytest.approx(math.sqrt(0.04 * 0.3))), (64, 0.04), (32, 0.04), (16, 0.04)]
     assert not trials[-1].system_attrs.get(ScaledProbe.ATTR) and len(trials) == 9
 
 

@@ -84,18 +84,25 @@ class ScaledProbe(_Wrapping):
     during the random start is what keeps the probe out of it.
 
     The anchor is the ``ok`` trial with the best ``val_acc``. Its own batch size is climbed
-    first (learning rate x ``STEP``) while nothing above the anchor's rate was tried there: at a
-    fixed sample budget a larger rate trains further until it is unstable. Then each larger batch
+    first while nothing above the anchor's rate was tried there: at a fixed sample budget a
+    larger rate trains further until it is unstable. A climb step is ``STEP``, or half the way
+    (in log space) to the highest rate still worth trying there when that is farther: a start at
+    the bottom of a 100x range reaches its top in two steps, not five. Then each larger batch
     size in turn gets the anchor's rate scaled by (b / b_anchor) ** ``exponent`` (1: linear, for
     SGD, Goyal et al. 2017; 0.5: square root, for adaptive optimizers), unless a trial there
     (finished or running) is within a factor ``NEAR`` of it, or one was skipped; the walk stops
     at a batch size that ran out of memory. Then the next smaller batch size gets the anchor's own
     rate (more steps of the same sample budget train further, while stable); a better result
-    there becomes the anchor and the walks start again from it. Only a rate that diverged at the
-    probed batch size or a larger one bounds a probe (a smaller batch, with noisier gradients, is
-    no more stable; a larger one may be): a probe that would come within ``NEAR`` of it steps a
-    factor ``STEP`` below it instead. Probes are marked on their trial (system attribute
-    ``tune_batch_probe``).
+    there becomes the anchor and the walks start again from it.
+
+    A probe stays a factor ``NEAR`` under the edge of its batch size, or steps a factor ``STEP``
+    below the edge instead. Two kinds of trial mark a rate as too high: one that diverged, and
+    one past the peak (a trial at the same batch size with a lower rate did better). Such a rate
+    at batch size c is the edge at c and at every smaller batch size (noisier gradients are no
+    more stable), and at a larger batch size b it is the edge scaled by sqrt(b / c): a larger
+    batch tolerates a larger rate, but its gradient noise falls only as the square root of its
+    size, and the linear rule overshoots where the rate is held by stability rather than noise.
+    Probes are marked on their trial (system attribute ``tune_batch_probe``).
 
     Why: on the deep_mlp grid the Gaussian process spent most trials at the edges of the
     learning-rate range while the front lay on one ridge next to the divergence boundary
@@ -121,12 +128,20 @@ class ScaledProbe(_Wrapping):
         ok = [t for t in done if t.user_attrs.get("status") == Status.OK and "metric:val_acc" in t.user_attrs]
         if not ok:
             return None
-        anchor = max(ok, key=lambda t: (t.user_attrs["metric:val_acc"], t.user_attrs.get("metric:samples_per_s", 0.0)))
-        b0, lr0 = anchor.params["batch_size"], anchor.params["lr"]
-        diverged = [t for t in done if t.user_attrs.get("status") == Status.DIVERGED]
 
-        def edge(b: int) -> float:  # the smallest rate known to diverge at batch size b
-            return min((t.params["lr"] for t in diverged if t.params["batch_size"] >= b), default=math.inf)
+        def acc(t: Any) -> float:
+            return t.user_attrs["metric:val_acc"]
+
+        anchor = max(ok, key=lambda t: (acc(t), t.user_attrs.get("metric:samples_per_s", 0.0)))
+        b0, lr0 = anchor.params["batch_size"], anchor.params["lr"]
+
+        too_high = [t for t in done if t.user_attrs.get("status") == Status.DIVERGED]
+        too_high += [t for t in ok if any(u.params["batch_size"] == t.params["batch_size"]  # past the peak
+                                          and u.params["lr"] < t.params["lr"] and acc(u) > acc(t) for u in ok)]
+
+        def edge(b: int) -> float:  # the smallest rate known to be too high at batch size b
+            return min((t.params["lr"] * math.sqrt(max(1.0, b / t.params["batch_size"])) for t in too_high),
+                       default=math.inf)
 
         def under_edge(b: int, lr: float, floor: float = 0.0) -> float:  # lr, or a STEP below b's edge if near it
             return lr if lr < edge(b) / self.NEAR else max(floor, edge(b) / self.STEP)
@@ -137,7 +152,8 @@ class ScaledProbe(_Wrapping):
                        for t in tried)
             return None if near else {"batch_size": b, "lr": lr}
 
-        up = min(lr_dist.high, lr0 * self.STEP)
+        top = min(lr_dist.high, edge(b0) / self.STEP)  # the highest rate worth climbing to at b0
+        up = min(lr_dist.high, lr0 * max(self.STEP, math.sqrt(top / lr0) if top > lr0 else 0.0))
         if (lr0 * self.NEAR < up < edge(b0) / self.NEAR
                 and not any(t.params["batch_size"] == b0 and t.params["lr"] > lr0 * self.NEAR for t in tried)):
             return {"batch_size": b0, "lr": up}
