@@ -448,7 +448,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / f"{g}_grid.json")
                                                      for g in ("quickstart", "synthetic", "mlp", "adam", "mlp_adam",
-                                                               "deep_mlp", "mlp3_digits", "rmsprop_cnn", "nesterov_mlp")],
+                                                               "deep_mlp", "mlp3_digits", "rmsprop_cnn", "nesterov_mlp",
+                                                               "plain_sgd_mlp")],
                     help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
     ap.add_argument("--objectives", default="samples_per_s,val_acc",
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")
