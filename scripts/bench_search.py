@@ -3,7 +3,7 @@
 --measure   trains every point of a config's grid for real (every batch size x a log grid of
             learning rates, num_gpus 1), --repeats times interleaved, and stores the median record
             of each point with the machine in --table. Minutes on the 2-core machine: a script,
-            not a test. Seven grids are committed under benchmarks/ (<name>_grid.json, each with
+            not a test. Ten grids are committed under benchmarks/ (<name>_grid.json, each with
             its config <name>_grid.yaml but the quickstart's, configs/quickstart.yaml).
 (default)   replays searches against the tables: a trial's result is looked up, not trained,
             through tune_batch's own Objective (policy, feasibility model, Optuna seam). Samplers:
@@ -39,14 +39,16 @@ hv_frac single reading
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
 both scores are printed, and the default against random search paired over seeds (both start
-from the same random proposals), with a sign-flip test per case. Eight grids: quickstart,
+from the same random proposals), with a sign-flip test per case. Ten grids: quickstart,
 synthetic (small CNNs, SGD), mlp (an MLP on digits), adam (a small CNN with Adam), mlp_adam (an
 MLP with Adam on synthetic images), deep_mlp (a 4 x 256 MLP with SGD on synthetic images),
-mlp3_digits (a 3 x 128 MLP with SGD on digits) and rmsprop_cnn (a small CNN with RMSprop on
-digits at 28 px); adam was measured only after the default was chosen on the other three,
-mlp_adam only after gp became the default, deep_mlp after the random start counted budget trials
-only, mlp3_digits after the scaling probe became the default and rmsprop_cnn after the probe
-walked down too (2026-12-01): held-out checks (README, "Choosing the sampler").
+mlp3_digits (a 3 x 128 MLP with SGD on digits), rmsprop_cnn (a small CNN with RMSprop on
+digits at 28 px), nesterov_mlp (a 2 x 512 MLP, Nesterov SGD; a ceiling grid) and plain_sgd_mlp
+(a 3 x 192 MLP, SGD without momentum, on digits at 12 px); adam was measured only after the
+default was chosen on the other three, mlp_adam only after gp became the default, deep_mlp
+after the random start counted budget trials only, mlp3_digits after the scaling probe became
+the default, rmsprop_cnn after the probe walked down too, nesterov_mlp and plain_sgd_mlp after
+the probe took edges from past-the-peak trials (2026-12-01): held-out checks (README, "Choosing the sampler").
 
 Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
