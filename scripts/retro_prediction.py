@@ -100,13 +100,12 @@ def main() -> None:
         sys.exit("no stored search with a confirmation and a noise scale in: " + ", ".join(map(str, paths)))
     print(f"\n{n_search} searches, {len(ratios['none'])} confirmed candidates; the shipped model reproduced "
           f"pareto.json's prediction for {sum(reproduced)} of {len(reproduced)}")
-    within = {}
-    for m in MODELS:
-        v = ratios[m]
-        within[m] = sum(1 for r in v if 1 / 1.5 <= r <= 1.5) / len(v)
-        print(f"  {m:8s} predicted / measured within 1.5x: {sum(1 for r in v if 1 / 1.5 <= r <= 1.5)} of {len(v)}; "
+    within = {m: sum(1 for r in v if 1 / 1.5 <= r <= 1.5) for m, v in ratios.items()}
+    for m, v in ratios.items():
+        print(f"  {m:8s} predicted / measured within 1.5x: {within[m]} of {len(v)}; "
               f"median {statistics.median(v):.2f}, range {min(v):.2f}-{max(v):.2f}")
-    print("RESULT " + " ".join(f"{m}_within_1_5x={within[m]:.3f}" for m in MODELS) + f" candidates={len(ratios['none'])}")
+    n = len(ratios["none"])
+    print("RESULT " + " ".join(f"{m}_within_1_5x={within[m] / n:.3f}" for m in MODELS) + f" candidates={n}")
 
 
 if __name__ == "__main__":

@@ -144,7 +144,8 @@ class ScaledProbe(_Wrapping):
                        default=math.inf)
 
         def under_edge(b: int, lr: float, floor: float = 0.0) -> float:  # lr, or a STEP below b's edge if near it
-            return lr if lr < edge(b) / self.NEAR else max(floor, edge(b) / self.STEP)
+            e = edge(b)
+            return lr if lr < e / self.NEAR else max(floor, e / self.STEP)
 
         def free(b: int, lr: float) -> dict[str, Any] | None:  # the probe, unless a trial at b is near it
             lr = min(lr_dist.high, max(lr_dist.low, lr))
@@ -152,9 +153,10 @@ class ScaledProbe(_Wrapping):
                        for t in tried)
             return None if near else {"batch_size": b, "lr": lr}
 
-        top = min(lr_dist.high, edge(b0) / self.STEP)  # the highest rate worth climbing to at b0
-        up = min(lr_dist.high, lr0 * max(self.STEP, math.sqrt(top / lr0) if top > lr0 else 0.0))
-        if (lr0 * self.NEAR < up < edge(b0) / self.NEAR
+        edge0 = edge(b0)
+        top = min(lr_dist.high, edge0 / self.STEP)  # the highest rate worth climbing to at b0
+        up = min(lr_dist.high, lr0 * max(self.STEP, math.sqrt(top / lr0)))  # sqrt < 1 < STEP when top <= lr0
+        if (lr0 * self.NEAR < up < edge0 / self.NEAR
                 and not any(t.params["batch_size"] == b0 and t.params["lr"] > lr0 * self.NEAR for t in tried)):
             return {"batch_size": b0, "lr": up}
         skipped = {t.params["batch_size"] for t in done if t.user_attrs.get("status") == Status.SKIPPED}
