@@ -20,7 +20,7 @@ import ray
 import ray.train
 from ray.train.torch import TorchTrainer
 
-from tune_batch.backends.ray.watchdog import run_with_watchdog, seconds_from_env
+from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog, seconds_from_env
 from tune_batch.config import Config, config_from_dict
 from tune_batch.oom import is_oom_error
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
@@ -28,6 +28,44 @@ from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, firs
 from tune_batch.workload.resolve import install, registered
 
 LAUNCHER = "ray.train.torch.TorchTrainer"
+KV_NAMESPACE = "tune_batch"  # Ray's key-value store (GCS): every node and Ray Client see it
+
+
+def _started_prefix(token: str) -> str:
+    return f"group-started:{token}:"
+
+
+class GroupStart:
+    """When the driver saw every rank of a worker group enter the training function: each rank
+    writes a key to Ray's key-value store on entry (a file would not reach the driver from
+    another node). Starting a group costs 13-22 s on a 2-core machine, mostly importing torch
+    and Ray Train in fresh processes, so a group's clock for ``budget.trial_timeout_s`` starts
+    here, not when ``fit()`` was called."""
+
+    def __init__(self, n: int, token: str) -> None:
+        self.n, self.token = n, token
+        self.at: float | None = None  # seconds after fit() was called
+        self.seen = 0
+
+    def poll(self, elapsed: float) -> float | None:
+        if self.at is None:
+            from ray.experimental.internal_kv import _internal_kv_list
+
+            self.seen = len(_internal_kv_list(_started_prefix(self.token), namespace=KV_NAMESPACE))
+            if self.seen >= self.n:
+                self.at = elapsed
+        return self.at
+
+    def clear(self) -> None:
+        from ray.experimental.internal_kv import _internal_kv_del
+
+        _internal_kv_del(_started_prefix(self.token), del_by_prefix=True, namespace=KV_NAMESPACE)
+
+
+def _mark_started(token: str, rank: int) -> None:
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    _internal_kv_put(f"{_started_prefix(token)}{rank}", b"1", namespace=KV_NAMESPACE)
 
 
 def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
@@ -36,6 +74,7 @@ def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
     from tune_batch.trial import Placement, measure
 
     ctx = ray.train.get_context()
+    _mark_started(loop_config["start_token"], ctx.get_world_rank())
     placement = Placement(rank=ctx.get_world_rank(), world=ctx.get_world_size(), threads=loop_config["threads"],
                           node_id=str(ray.get_runtime_context().get_node_id()))
     torch.set_num_threads(loop_config["threads"])
@@ -82,9 +121,8 @@ def classify_failure(exc: BaseException) -> tuple[Status, str]:
 
 
 def group_start_slack_s() -> float:
-    """Seconds a worker group may take to start, beyond ``budget.trial_timeout_s``, before a
-    group still running counts as hung (20-25 s were measured on a 2-core machine).
-    ``TUNE_BATCH_GROUP_START_SLACK_S`` overrides it (the tests shorten it)."""
+    """Seconds a worker group may take until every worker runs the training function (13-22 s
+    were measured on a 2-core machine); ``TUNE_BATCH_GROUP_START_SLACK_S`` overrides it."""
     return seconds_from_env("TUNE_BATCH_GROUP_START_SLACK_S", 60.0)
 
 
@@ -101,12 +139,15 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
                       threads_per_worker: int, use_gpu: bool, validate: bool = True,
                       extra: dict[str, Any] | None = None) -> GroupOutcome:
     """One ``num_gpus`` > 1 trial on a Ray Train worker group; never raises for trial faults.
-    A group still running after ``budget.trial_timeout_s`` (plus start-up slack) ends as failed."""
+    A group whose workers are not all running after the start-up slack, or still running
+    ``budget.trial_timeout_s`` + the hang grace after they all started, ends as failed."""
     start = time.perf_counter()
     n = params.num_gpus
+    token = uuid.uuid4().hex
     trainer = TorchTrainer(
         _worker_loop,
         train_loop_config={"config": config.to_dict(), "params": params.to_dict(), "trial_id": trial_id,
+                           "start_token": token,
                            "callables": registered(),
                            "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate, "extra": extra},
         scaling_config=ray.train.ScalingConfig(num_workers=n, use_gpu=use_gpu, resources_per_worker={
@@ -115,13 +156,27 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
                                        storage_path=str((Path(run_dir) / "ray_train").resolve()),
                                        failure_config=ray.train.FailureConfig(max_failures=0)),
     )
-    slack = group_start_slack_s()
-    outcome = run_with_watchdog(trainer.fit, config.budget.trial_timeout_s + slack, f"tune_batch-dp-{trial_id}")
-    info = TrialInfo(world_size=n, launcher=LAUNCHER)
+    slack, run_s = group_start_slack_s(), config.budget.trial_timeout_s + hang_grace_s()
+    started = GroupStart(n, token)
+
+    def allowance(elapsed: float) -> float:
+        at = started.poll(elapsed)
+        return slack if at is None else at + run_s
+
+    try:
+        outcome = run_with_watchdog(trainer.fit, 0.0, f"tune_batch-dp-{trial_id}", allowance=allowance)
+    finally:
+        started.clear()
     took = time.perf_counter() - start
+    info = TrialInfo(world_size=n, launcher=LAUNCHER, group_start_s=started.at)
     if outcome.hung:
-        reason = (f"timeout: the {n}-worker group was still running after budget.trial_timeout_s + {slack:g} s "
-                  f"start-up; its workers were stopped")
+        if started.at is None:
+            reason = (f"timeout: {started.seen} of the {n}-worker group's workers had started after {slack:g} s "
+                      f"(TUNE_BATCH_GROUP_START_SLACK_S changes it); its workers were stopped")
+        else:
+            reason = (f"timeout: the {n}-worker group was still running {run_s:g} s after its workers started "
+                      f"(budget.trial_timeout_s + {run_s - config.budget.trial_timeout_s:g} s grace); "
+                      f"its workers were stopped")
         return GroupOutcome(TrialResult(trial_id, params, Status.FAILED, reason, duration_s=took, info=info), True)
     if outcome.error is not None:
         status, reason = classify_failure(outcome.error)
@@ -132,4 +187,4 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
                                         duration_s=took, info=info))
     res = TrialResult.from_record(rec)
     return GroupOutcome(res.replace(duration_s=took, info=res.info.with_(
-        world_size=n, launcher=LAUNCHER, group_start_s=took - res.duration_s)))
+        world_size=n, launcher=LAUNCHER, group_start_s=started.at)))

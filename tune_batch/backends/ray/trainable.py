@@ -11,7 +11,7 @@ from ray import tune
 
 from tune_batch import objectives
 from tune_batch.backends.ray.resources import ResourcePlan
-from tune_batch.backends.ray.watchdog import run_with_watchdog, seconds_from_env
+from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog
 from tune_batch.config import Config, config_from_dict
 from tune_batch.policy import skipped
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
@@ -19,7 +19,6 @@ from tune_batch.repeats import seeded
 from tune_batch.trial.faults import TrialTimeout
 from tune_batch.workload.resolve import install
 
-HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a hung one-worker trial is stopped
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
 CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of", "confirm_of")
@@ -49,7 +48,7 @@ def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
     threads = int(cpus) if cpus else None
     node = str(ray.get_runtime_context().get_node_id())
-    grace = seconds_from_env("TUNE_BATCH_HANG_GRACE_S", HANG_GRACE_S)
+    grace = hang_grace_s()
     limit = config.budget.trial_timeout_s + grace
     if confirm_of is not None:  # a confirmation run: the longer budget, validated along the way
         limit = confirm_timeout_s(config) + grace

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -34,7 +35,19 @@ def seconds_from_env(name: str, default: float) -> float:
         return default
 
 
-def run_with_watchdog(fn: Callable[[], T], timeout_s: float, name: str) -> Outcome[T]:
+HANG_GRACE_S = 10.0  # beyond budget.trial_timeout_s before a trial whose step never returns is stopped
+
+
+def hang_grace_s() -> float:
+    """``HANG_GRACE_S``, or ``TUNE_BATCH_HANG_GRACE_S`` (the tests shorten it)."""
+    return seconds_from_env("TUNE_BATCH_HANG_GRACE_S", HANG_GRACE_S)
+
+
+def run_with_watchdog(fn: Callable[[], T], timeout_s: float, name: str, *,
+                      allowance: Callable[[float], float] | None = None, poll_s: float = 0.25) -> Outcome[T]:
+    """``fn()`` in a thread, given ``timeout_s``; or, with ``allowance``, asked every ``poll_s``
+    with the seconds since the start, however many seconds ``allowance`` says it may have by then
+    (a worker group: the start-up limit until its workers are running, then the trial's own)."""
     box: dict[str, object] = {}
 
     def work() -> None:
@@ -44,8 +57,13 @@ def run_with_watchdog(fn: Callable[[], T], timeout_s: float, name: str) -> Outco
             box["error"] = e
 
     thread = threading.Thread(target=work, name=name, daemon=True)
+    start = time.monotonic()
     thread.start()
-    thread.join(timeout_s)
+    if allowance is None:
+        thread.join(timeout_s)
+    else:
+        while thread.is_alive() and time.monotonic() - start < allowance(time.monotonic() - start):
+            thread.join(poll_s)
     if thread.is_alive():
         return Outcome(True)
     return Outcome(False, box.get("value"), box.get("error"))  # type: ignore[arg-type]
