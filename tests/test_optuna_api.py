@@ -253,3 +253,39 @@ def test_the_sampler_is_told_each_steps_mean_throughput() -> None:
     assert told[0] == [1000.0, 0.51] and told[1] == [pytest.approx(1200.0), 0.55] and told[2] == [3000.0, 0.51]
     assert study.get_trials()[1].user_attrs["metrics"]["samples_per_s"] == 1400.0
     assert [r.metrics.samples_per_s for r in objective.records] == [1000.0, 1400.0, 3000.0]
+
+
+def _third(lr: float, low: float = 1e-3, high: float = 1.0) -> int:
+    import math
+
+    return min(2, int(3 * math.log(lr / low) / math.log(high / low)))
+
+
+@pytest.mark.parametrize("name", ["gp", "tpe"])
+def test_the_random_start_puts_one_learning_rate_in_each_third_of_its_range(name: str) -> None:
+    """The start-up's learning rates are a Latin hypercube over the log range: with 3 start-up
+    trials one lies in each third, in an order that changes with the seed; a proposal skipped
+    for free is redrawn in the same third. Batch sizes stay random."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from tune_batch.samplers import make_sampler, startup_trials
+
+    space = {"batch_size": CategoricalDistribution([16, 32, 64]), "lr": FloatDistribution(1e-3, 1.0, log=True)}
+    assert startup_trials(9) == 3
+    orders = set()
+    for seed in range(8):
+        study = optuna.create_study(directions=["maximize", "maximize"], sampler=make_sampler(name, seed, 9))
+        thirds = []
+        for k in range(3):
+            t = study.ask(space)
+            if k == 1:  # skipped for free: told, and the next proposal takes its third
+                skipped = _third(t.params["lr"])
+                t.set_user_attr("free_skip", True)
+                study.tell(t, [0.0, 0.0])
+                t = study.ask(space)
+                assert _third(t.params["lr"]) == skipped
+            thirds.append(_third(t.params["lr"]))
+            study.tell(t, [1.0, 0.5])
+        assert sorted(thirds) == [0, 1, 2], (seed, thirds)
+        orders.add(tuple(thirds))
+    assert len(orders) > 1

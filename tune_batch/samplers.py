@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any
 
+import numpy as np
 import optuna
 
 from tune_batch.records import Status
@@ -41,7 +43,8 @@ class _Wrapping(optuna.samplers.BaseSampler):
 
 
 class BudgetStartup(_Wrapping):
-    """A model-based Optuna sampler whose random start-up is counted in trials of the budget.
+    """A model-based Optuna sampler whose random start-up is counted in trials of the budget,
+    and spread over the learning-rate range.
 
     A proposal the feasibility model skips is told to the study (COMPLETE, infeasible: the
     sampler learns the memory boundary from it) but uses no trial (``free_skip``). Optuna's
@@ -51,16 +54,39 @@ class BudgetStartup(_Wrapping):
     instead of 3. Here the start-up lasts until ``n_startup`` trials that are not free skips
     are complete; the model (built with ``n_startup_trials=0``) then sees every trial, skips
     included.
+
+    Each continuous parameter (the learning rate) of the start-up is stratified, a Latin
+    hypercube over its range (log range where it is log): the k-th start-up trial's value lies,
+    at a uniformly random place, in stratum ``perm[k]`` of ``n_startup`` equal parts, ``perm`` a
+    seeded permutation of its own per parameter. Three independent draws all landed in the top
+    third of the log range in 1 of 27 starts (on the plain_sgd_mlp grid, all three past the
+    peak: the whole search scored 0.34 of the grid's hypervolume); stratified, each third is
+    drawn once. Categorical parameters (batch size, GPU count) stay random: under a memory cap a
+    stratum of batch sizes can lie wholly out of memory, and a skipped proposal is drawn again.
     """
 
-    def __init__(self, model: optuna.samplers.BaseSampler, n_startup: int, seed: int) -> None:
+    def __init__(self, model: optuna.samplers.BaseSampler, n_startup: int, seed: int | None) -> None:
         self._model = model
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._n_startup = n_startup
+        self._seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**32)
 
     def _starting(self, study: optuna.Study) -> bool:
         done = study._get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,), use_cache=True)
         return sum(1 for t in done if not t.user_attrs.get("free_skip")) < self._n_startup
+
+    def _stratified(self, study: Any, trial: Any, name: str, d: optuna.distributions.FloatDistribution) -> float:
+        """The start-up trial's value of ``name``: in the stratum of the trials begun before it
+        (finished and not skipped for free, or running)."""
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        k = sum(1 for t in study._get_trials(deepcopy=False, states=states, use_cache=False)
+                if t.number < trial.number and not t.user_attrs.get("free_skip")) % self._n_startup
+        key = [self._seed % 2**32, zlib.crc32(name.encode())]
+        stratum = np.random.RandomState(key).permutation(self._n_startup)[k]
+        u = (stratum + np.random.RandomState([*key, trial.number]).uniform()) / self._n_startup
+        if d.log:
+            return float(min(d.high, math.exp(math.log(d.low) + u * (math.log(d.high) - math.log(d.low)))))
+        return float(min(d.high, d.low + u * (d.high - d.low)))
 
     def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
         return {} if self._starting(study) else self._model.infer_relative_search_space(study, trial)
@@ -69,8 +95,11 @@ class BudgetStartup(_Wrapping):
         return self._model.sample_relative(study, trial, search_space) if search_space else {}
 
     def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
-        sampler = self._random if self._starting(study) else self._model
-        return sampler.sample_independent(study, trial, param_name, param_distribution)
+        if not self._starting(study):
+            return self._model.sample_independent(study, trial, param_name, param_distribution)
+        if isinstance(param_distribution, optuna.distributions.FloatDistribution) and param_distribution.step is None:
+            return self._stratified(study, trial, param_name, param_distribution)
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
 
     def reseed_rng(self) -> None:
         self._model.reseed_rng()
