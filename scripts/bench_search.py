@@ -38,17 +38,20 @@ hv_frac single reading
              search hits by luck.
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
-both scores are printed, and the default against random search paired over seeds (both start
-from the same random proposals), with a sign-flip test per case. Ten grids: quickstart,
+both scores are printed, and the default against random search paired over seeds (the same
+seed; since the start-up's learning rates are stratified, 2026-12-01, fifteenth session, they
+no longer start from the same proposals), with a sign-flip test per case. Eleven grids: quickstart,
 synthetic (small CNNs, SGD), mlp (an MLP on digits), adam (a small CNN with Adam), mlp_adam (an
 MLP with Adam on synthetic images), deep_mlp (a 4 x 256 MLP with SGD on synthetic images),
 mlp3_digits (a 3 x 128 MLP with SGD on digits), rmsprop_cnn (a small CNN with RMSprop on
 digits at 28 px), nesterov_mlp (a 2 x 512 MLP, Nesterov SGD; a ceiling grid) and plain_sgd_mlp
-(a 3 x 192 MLP, SGD without momentum, on digits at 12 px); adam was measured only after the
+(a 3 x 192 MLP, SGD without momentum, on digits at 12 px) and plain_sgd_cnn (a small CNN, SGD
+without momentum, on synthetic images at 16 px); adam was measured only after the
 default was chosen on the other three, mlp_adam only after gp became the default, deep_mlp
 after the random start counted budget trials only, mlp3_digits after the scaling probe became
 the default, rmsprop_cnn after the probe walked down too, nesterov_mlp and plain_sgd_mlp after
-the probe took edges from past-the-peak trials (2026-12-01): held-out checks (README, "Choosing the sampler").
+the probe took edges from past-the-peak trials, plain_sgd_cnn after the start-up was
+stratified (2026-12-01): held-out checks (README, "Choosing the sampler").
 
 Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
@@ -451,7 +454,7 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / f"{g}_grid.json")
                                                      for g in ("quickstart", "synthetic", "mlp", "adam", "mlp_adam",
                                                                "deep_mlp", "mlp3_digits", "rmsprop_cnn", "nesterov_mlp",
-                                                               "plain_sgd_mlp")],
+                                                               "plain_sgd_mlp", "plain_sgd_cnn")],
                     help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
     ap.add_argument("--objectives", default="samples_per_s,val_acc",
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")
