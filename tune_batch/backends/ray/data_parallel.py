@@ -156,7 +156,8 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
                                        storage_path=str((Path(run_dir) / "ray_train").resolve()),
                                        failure_config=ray.train.FailureConfig(max_failures=0)),
     )
-    slack, run_s = group_start_slack_s(), config.budget.trial_timeout_s + hang_grace_s()
+    slack, grace = group_start_slack_s(), hang_grace_s()
+    run_s = config.budget.trial_timeout_s + grace
     started = GroupStart(n, token)
 
     def allowance(elapsed: float) -> float:
@@ -164,7 +165,7 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
         return slack if at is None else at + run_s
 
     try:
-        outcome = run_with_watchdog(trainer.fit, 0.0, f"tune_batch-dp-{trial_id}", allowance=allowance)
+        outcome = run_with_watchdog(trainer.fit, allowance, f"tune_batch-dp-{trial_id}")
     finally:
         started.clear()
     took = time.perf_counter() - start
@@ -175,7 +176,7 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
                       f"(TUNE_BATCH_GROUP_START_SLACK_S changes it); its workers were stopped")
         else:
             reason = (f"timeout: the {n}-worker group was still running {run_s:g} s after its workers started "
-                      f"(budget.trial_timeout_s + {run_s - config.budget.trial_timeout_s:g} s grace); "
+                      f"(budget.trial_timeout_s + {grace:g} s grace); "
                       f"its workers were stopped")
         return GroupOutcome(TrialResult(trial_id, params, Status.FAILED, reason, duration_s=took, info=info), True)
     if outcome.error is not None:

@@ -43,11 +43,11 @@ def hang_grace_s() -> float:
     return seconds_from_env("TUNE_BATCH_HANG_GRACE_S", HANG_GRACE_S)
 
 
-def run_with_watchdog(fn: Callable[[], T], timeout_s: float, name: str, *,
-                      allowance: Callable[[float], float] | None = None, poll_s: float = 0.25) -> Outcome[T]:
-    """``fn()`` in a thread, given ``timeout_s``; or, with ``allowance``, asked every ``poll_s``
-    with the seconds since the start, however many seconds ``allowance`` says it may have by then
-    (a worker group: the start-up limit until its workers are running, then the trial's own)."""
+def run_with_watchdog(fn: Callable[[], T], limit_s: float | Callable[[float], float], name: str, *,
+                      poll_s: float = 0.25) -> Outcome[T]:
+    """``fn()`` in a thread, given ``limit_s`` seconds; or, when ``limit_s`` is a function, asked
+    every ``poll_s`` with the seconds since the start how many it may have by then (a worker
+    group: the start-up limit until its workers are running, then the trial's own)."""
     box: dict[str, object] = {}
 
     def work() -> None:
@@ -59,11 +59,13 @@ def run_with_watchdog(fn: Callable[[], T], timeout_s: float, name: str, *,
     thread = threading.Thread(target=work, name=name, daemon=True)
     start = time.monotonic()
     thread.start()
-    if allowance is None:
-        thread.join(timeout_s)
-    else:
-        while thread.is_alive() and time.monotonic() - start < allowance(time.monotonic() - start):
-            thread.join(poll_s)
+    if not callable(limit_s):
+        thread.join(limit_s)
+    while callable(limit_s) and thread.is_alive():
+        elapsed = time.monotonic() - start
+        if elapsed >= limit_s(elapsed):
+            break
+        thread.join(poll_s)
     if thread.is_alive():
         return Outcome(True)
     return Outcome(False, box.get("value"), box.get("error"))  # type: ignore[arg-type]
