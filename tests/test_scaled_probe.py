@@ -53,18 +53,51 @@ def test_the_probe_climbs_the_best_rate_then_carries_it_to_larger_batches_below_
     expected = [
         (16, lr1),
         (16, lr2),                    # worse than lr1 at 16: past the peak, 16's edge
-        (32, lr1 * 2),                # linear: under that edge scaled to 32 (lr2 x sqrt 2, over NEAR)
-        # (32, lr1 * 2) is as accurate and faster: the anchor. Not climbed: 32's edge is near
-        (64, lr2 * 2 / step),         # linear (4 lr1) comes within NEAR of 64's edge, lr2 x 2: a STEP below it
-        (128, lr2 * 4 / step),        # the new anchor's rate x 2, under 128's edge (lr2 x sqrt 8 / NEAR)
+        # the walk starts at the far end: linear (8 lr1) comes within NEAR of 128's edge (lr2 x
+        # sqrt 8), a STEP below it; two readings there already (the start's and this): no second
+        (128, lr2 * math.sqrt(8) / step),
+        (64, lr2 * 2 / step),         # the size farthest from 16 and 128; linear (4 lr1) near 64's edge
+        # (64, ...) is the most accurate: the anchor; not climbed (its edge is near), 128 near its
+        # probe; one batch size down at the anchor's rate, under 32's edge (lr2 x sqrt 2 / NEAR)
+        (32, lr2 * 2 / step),
     ]
     assert probes == [(b, pytest.approx(lr)) for b, lr in expected]
-    assert lr2 * 4 / step < lr2 * math.sqrt(8) / near < DIVERGES_ABOVE
+    assert lr2 * 2 / step < lr2 * math.sqrt(2) / near < DIVERGES_ABOVE
     # no probe diverged; the walk down then finds 64 near its last probe there: the model's turn
     assert [t.user_attrs["status"] for t in trials if t.system_attrs.get(ScaledProbe.ATTR)] == ["ok"] * 5
     assert len(trials) == 11
     # the first proposals after the start were the probe's, none of the random start was
     assert [t.system_attrs.get(ScaledProbe.ATTR, False) for t in trials[:4]] == [False, False, False, True]
+
+
+def _held(config, params, *, trial_id, extra, run_dir):
+    """val_acc peaks at lr 0.03 at every batch size (the rate held by stability, not scaled
+    with the batch), lower for a larger batch; nothing diverges."""
+    b, lr = params.batch_size, params.lr
+    acc = math.exp(-math.log(lr / 0.03) ** 2) * (1 - 0.1 * math.log2(b / 16))
+    return TrialResult(trial_id, params, Status.OK,
+                       metrics=Metrics(samples_per_s=100.0 * b, device_util=0.5, val_acc=acc, peak_mem_bytes=1),
+                       info=TrialInfo(train_s=1.0))
+
+
+@pytest.mark.parametrize("name", ["gp", "tpe"])
+def test_the_walk_starts_at_the_far_end_and_reads_it_twice(name: str) -> None:
+    cfg = tiny_config(space={"batch_size": [16, 32, 64, 128, 256], "lr": {"low": 0.001, "high": 1.0}})
+    study = optuna.create_study(directions=cfg.directions, sampler=make_sampler(name, 0, 9, "linear"))
+    for b, lr in [(16, 0.03), (32, 0.001), (64, 0.3)]:
+        study.enqueue_trial({"batch_size": b, "lr": lr, "num_gpus": 1})
+    optimize(study, Objective(cfg, runner=_held, free_skips=True), 9)
+    probes = [(t.params["batch_size"], t.params["lr"]) for t in study.get_trials() if t.system_attrs.get(ScaledProbe.ATTR)]
+    step, near = ScaledProbe.STEP, ScaledProbe.NEAR
+    up = 0.03 * math.sqrt(1.0 / 0.03)  # the climb at 16, half the way to the top: past the peak, 16's edge
+    far = up * math.sqrt(16) / step   # linear (16 x 0.03) within NEAR of 256's edge (up x 4): a STEP below it
+    assert 0.03 * 16 > up * 4 / near
+    # the largest batch size first, 16x the anchor's: one reading, then a second a STEP lower
+    assert probes[:3] == [(16, pytest.approx(up)), (256, pytest.approx(far)), (256, pytest.approx(far / step))]
+    at_256 = [t.user_attrs["metric:val_acc"] for t in study.get_trials() if t.params["batch_size"] == 256]
+    assert at_256[1] > 10 * at_256[0]  # the extrapolation overshot; the second reading is the better one
+    # then the middle of the walk: 64, the size farthest (log) from 16 and 256
+    assert probes[3][0] == 64
 
 
 def _plateau(config, params, *, trial_id, extra, run_dir):
