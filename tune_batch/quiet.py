@@ -16,6 +16,10 @@ from collections.abc import Iterator
 LOGGERS = {"ray": logging.ERROR, "ray.tune": logging.ERROR, "ray.train": logging.ERROR, "optuna": logging.WARNING}
 #: The legacy Tune reporter honours verbose=0; the new one prints tables regardless.
 ENV = {"RAY_AIR_NEW_OUTPUT": "0"}
+#: Set only where the user has not: Ray Tune's traceback of every failed trial task (a trial the
+#: watchdog stopped, a killed trial process: 30-40 lines each), read once per Tuner; the progress
+#: line already says what failed, in one line, and the record keeps the reason.
+ENV_DEFAULTS = {"TUNE_PRINT_ALL_TRIAL_ERRORS": "0"}
 
 
 @contextlib.contextmanager
@@ -26,13 +30,15 @@ def quiet_libraries(verbose: bool = False) -> Iterator[None]:
         yield
         return
     levels = {name: logging.getLogger(name).level for name in LOGGERS}
-    env = {key: os.environ.get(key) for key in ENV}
+    env = {key: os.environ.get(key) for key in [*ENV, *ENV_DEFAULTS]}
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module="ray")
             for name, level in LOGGERS.items():
                 logging.getLogger(name).setLevel(level)
             os.environ.update(ENV)
+            for key, value in ENV_DEFAULTS.items():
+                os.environ.setdefault(key, value)
             yield
     finally:
         for name, level in levels.items():

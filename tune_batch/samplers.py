@@ -204,9 +204,9 @@ class ScaledProbe(_Wrapping):
             probe = free(b, under_edge(b, lr, floor=lr0))
             if probe:
                 return probe
-            at_b = [t for t in tried if t.params["batch_size"] == b]
-            if b == ups[0] and b > self.FAR * b0 and len(at_b) == 1:  # a second reading at the far end
-                probe = free(b, max(lr0, at_b[0].params["lr"] / self.STEP))
+            if b == ups[0] and b > self.FAR * b0:  # the far end: a second reading after one
+                at_b = [t for t in tried if t.params["batch_size"] == b]
+                probe = free(b, max(lr0, at_b[0].params["lr"] / self.STEP)) if len(at_b) == 1 else None
                 if probe:
                     return probe
         below = [c for c in dist.choices if c < b0 and c not in skipped]

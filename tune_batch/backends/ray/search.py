@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -29,23 +27,6 @@ from tune_batch.space import define_by_run, seed_points
 from tune_batch.workload.resolve import registered
 
 EXPERIMENT = "tune"
-TRIAL_ERRORS_ENV = "TUNE_PRINT_ALL_TRIAL_ERRORS"
-
-
-@contextlib.contextmanager
-def _trial_errors_quiet(verbose: bool) -> Iterator[None]:
-    """Ray Tune logs the traceback of every trial whose task failed (a trial stopped by the
-    watchdog, a killed trial process: 30-40 lines each on the terminal), reading this variable
-    once per Tuner. tune_batch's progress line already says what failed, in one line, and the
-    record keeps the reason: off unless --verbose or the user set it; put back afterwards."""
-    if verbose or TRIAL_ERRORS_ENV in os.environ:
-        yield
-        return
-    os.environ[TRIAL_ERRORS_ENV] = "0"
-    try:
-        yield
-    finally:
-        os.environ.pop(TRIAL_ERRORS_ENV, None)
 
 
 def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], progress: Progress) -> None:
@@ -66,8 +47,7 @@ def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], 
                                 storage_path=str((run_dir.path / "ray").resolve()), verbose=2 if verbose else 0,
                                 callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0),
                                 stop=Halt(records))
-    with _trial_errors_quiet(verbose):
-        tune.Tuner(trainable, tune_config=tune_config, run_config=run_config, param_space=param_space).fit()
+    tune.Tuner(trainable, tune_config=tune_config, run_config=run_config, param_space=param_space).fit()
     if records.lost is not None:  # trials.jsonl refused a record: stop here, in one line
         raise records.lost
 

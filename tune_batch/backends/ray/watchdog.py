@@ -59,13 +59,14 @@ def run_with_watchdog(fn: Callable[[], T], limit_s: float | Callable[[float], fl
     thread = threading.Thread(target=work, name=name, daemon=True)
     start = time.monotonic()
     thread.start()
-    if not callable(limit_s):
+    if callable(limit_s):
+        while thread.is_alive():
+            elapsed = time.monotonic() - start
+            if elapsed >= limit_s(elapsed):
+                break
+            thread.join(poll_s)
+    else:
         thread.join(limit_s)
-    while callable(limit_s) and thread.is_alive():
-        elapsed = time.monotonic() - start
-        if elapsed >= limit_s(elapsed):
-            break
-        thread.join(poll_s)
     if thread.is_alive():
         return Outcome(True)
     return Outcome(False, box.get("value"), box.get("error"))  # type: ignore[arg-type]
