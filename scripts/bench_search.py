@@ -3,7 +3,7 @@
 --measure   trains every point of a config's grid for real (every batch size x a log grid of
             learning rates, num_gpus 1), --repeats times interleaved, and stores the median record
             of each point with the machine in --table. Minutes on the 2-core machine: a script,
-            not a test. Ten grids are committed under benchmarks/ (<name>_grid.json, each with
+            not a test. Twelve grids are committed under benchmarks/ (<name>_grid.json, each with
             its config <name>_grid.yaml but the quickstart's, configs/quickstart.yaml).
 (default)   replays searches against the tables: a trial's result is looked up, not trained,
             through tune_batch's own Objective (policy, feasibility model, Optuna seam). Samplers:
@@ -40,13 +40,14 @@ compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
 both scores are printed, and the default against random search paired over seeds (the same
 seed; since the start-up's learning rates are stratified, 2026-12-01, fifteenth session, they
-no longer start from the same proposals), with a sign-flip test per case. Eleven grids: quickstart,
+no longer start from the same proposals), with a sign-flip test per case. Twelve grids: quickstart,
 synthetic (small CNNs, SGD), mlp (an MLP on digits), adam (a small CNN with Adam), mlp_adam (an
 MLP with Adam on synthetic images), deep_mlp (a 4 x 256 MLP with SGD on synthetic images),
 mlp3_digits (a 3 x 128 MLP with SGD on digits), rmsprop_cnn (a small CNN with RMSprop on
 digits at 28 px), nesterov_mlp (a 2 x 512 MLP, Nesterov SGD; a ceiling grid) and plain_sgd_mlp
-(a 3 x 192 MLP, SGD without momentum, on digits at 12 px) and plain_sgd_cnn (a small CNN, SGD
-without momentum, on synthetic images at 16 px); adam was measured only after the
+(a 3 x 192 MLP, SGD without momentum, on digits at 12 px), plain_sgd_cnn (a small CNN, SGD
+without momentum, on synthetic images at 16 px) and half_momentum_cnn (a small CNN, SGD at
+momentum 0.5, on digits at 20 px; measured after the far-end walk); adam was measured only after the
 default was chosen on the other three, mlp_adam only after gp became the default, deep_mlp
 after the random start counted budget trials only, mlp3_digits after the scaling probe became
 the default, rmsprop_cnn after the probe walked down too, nesterov_mlp and plain_sgd_mlp after
@@ -454,7 +455,7 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=[str(REPO / "benchmarks" / f"{g}_grid.json")
                                                      for g in ("quickstart", "synthetic", "mlp", "adam", "mlp_adam",
                                                                "deep_mlp", "mlp3_digits", "rmsprop_cnn", "nesterov_mlp",
-                                                               "plain_sgd_mlp", "plain_sgd_cnn")],
+                                                               "plain_sgd_mlp", "plain_sgd_cnn", "half_momentum_cnn")],
                     help="measured grids to replay on (each under no cap and caps putting 20/40/60 %% over)")
     ap.add_argument("--objectives", default="samples_per_s,val_acc",
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")
