@@ -100,7 +100,9 @@ def measure(args: argparse.Namespace) -> None:
         for i, (b, lr) in enumerate(points, 1):
             res = run_trial(cfg, {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=i - 1)
             rec = res.to_record()
-            rec["info"] = {k: rec["info"].get(k) for k in ("device", "timed_steps", "peak_mem_method", "bottleneck")}
+            # what else used the machine during its window (trial.measure: other processes' CPU, steal)
+            rec["info"] = {k: rec["info"].get(k) for k in ("device", "timed_steps", "peak_mem_method", "bottleneck",
+                                                           "others_cpu_frac", "steal_frac", "disturbed")}
             rec["traceback"] = None
             runs[(b, lr)].append(rec)
             with raw.open("a") as f:  # every run kept as it ends: a crash later loses nothing measured
@@ -109,7 +111,12 @@ def measure(args: argparse.Namespace) -> None:
             print(f"[repeat {rep + 1}/{args.repeats}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
                   f"{m.samples_per_s or 0:.0f} samples/s, util {m.device_util or 0:.3f}, "
                   f"val_acc {m.val_acc or 0:.3f}, peak {(m.peak_mem_bytes or 0) / 2**20:.1f} MiB, "
-                  f"{res.duration_s:.1f} s", flush=True)
+                  f"{res.duration_s:.1f} s" + (" (disturbed window: another process used the machine)"
+                                               if rec["info"].get("disturbed") else ""), flush=True)
+    every = [r for reps in runs.values() for r in reps]
+    disturbed = sum(1 for r in every if r["info"].get("disturbed"))
+    print(f"disturbed windows: {disturbed} of {len(every)} runs (other processes' CPU time or steal during the "
+          f"timed window; a point keeps the median of its runs)")
     records = []
     for reps in runs.values():
         ok = [r for r in reps if r["status"] == "ok"]
@@ -122,7 +129,7 @@ def measure(args: argparse.Namespace) -> None:
         metrics = {k: statistics.median(v) for k in keys
                    if (v := [r["metrics"][k] for r in ok if r["metrics"].get(k) is not None])}
         records.append({**ok[0], "metrics": metrics, "duration_s": statistics.median(r["duration_s"] for r in ok),
-                        "repeats": len(reps),
+                        "repeats": len(reps), "disturbed_runs": sum(1 for r in reps if r["info"].get("disturbed")),
                         "samples_per_s_runs": [r["metrics"]["samples_per_s"] for r in ok]})
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text(json.dumps({
@@ -132,7 +139,8 @@ def measure(args: argparse.Namespace) -> None:
                     "device": records[0]["info"].get("device") if records else None},
         "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": time.time() - t0, "records": records,
     }, indent=1))
-    print(f"wrote {TABLE} ({len(records)} points x {args.repeats} repeats, {time.time() - t0:.0f} s)")
+    print(f"wrote {TABLE} ({len(records)} points x {args.repeats} repeats, {time.time() - t0:.0f} s, "
+          f"{disturbed} disturbed windows)")
 
 
 class Replay:
