@@ -113,15 +113,12 @@ def measure(args: argparse.Namespace) -> None:
                   f"val_acc {m.val_acc or 0:.3f}, peak {(m.peak_mem_bytes or 0) / 2**20:.1f} MiB, "
                   f"{res.duration_s:.1f} s" + (" (disturbed window: another process used the machine)"
                                                if rec["info"].get("disturbed") else ""), flush=True)
-    every = [r for reps in runs.values() for r in reps]
-    disturbed = sum(1 for r in every if r["info"].get("disturbed"))
-    print(f"disturbed windows: {disturbed} of {len(every)} runs (other processes' CPU time or steal during the "
-          f"timed window; a point keeps the median of its runs)")
     records = []
     for reps in runs.values():
         ok = [r for r in reps if r["status"] == "ok"]
+        shaken = sum(1 for r in reps if r["info"].get("disturbed"))  # its runs with a disturbed window
         if not ok:
-            records.append({**reps[0], "repeats": len(reps)})
+            records.append({**reps[0], "repeats": len(reps), "disturbed_runs": shaken})
             continue
         # a metric a run could not measure (the noise scale from too few batches, say) is absent
         # from its record: the median of the runs that have it
@@ -129,8 +126,11 @@ def measure(args: argparse.Namespace) -> None:
         metrics = {k: statistics.median(v) for k in keys
                    if (v := [r["metrics"][k] for r in ok if r["metrics"].get(k) is not None])}
         records.append({**ok[0], "metrics": metrics, "duration_s": statistics.median(r["duration_s"] for r in ok),
-                        "repeats": len(reps), "disturbed_runs": sum(1 for r in reps if r["info"].get("disturbed")),
+                        "repeats": len(reps), "disturbed_runs": shaken,
                         "samples_per_s_runs": [r["metrics"]["samples_per_s"] for r in ok]})
+    disturbed = sum(r["disturbed_runs"] for r in records)
+    print(f"disturbed windows: {disturbed} of {sum(map(len, runs.values()))} runs (other processes' CPU time or steal "
+          f"during the timed window; a point keeps the median of its runs)")
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text(json.dumps({
         "config": cfg.to_dict(), "lr_grid": lrs, "batch_sizes": cfg.space.batch_choices(),
