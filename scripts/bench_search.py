@@ -162,6 +162,11 @@ class Replay:
         for (b, _lr), r in self.by_point.items():
             pooled.setdefault(b, []).extend(r.get("samples_per_s_runs") or [])
         self.sps_pooled = {b: statistics.median(v) for b, v in pooled.items() if v}
+        # each batch size's measured peak (a diverged or failed point has none: its batch size's)
+        self.peaks: dict[int, float] = {}
+        for (b, _lr), r in self.by_point.items():
+            if r["status"] == "ok" and r["metrics"].get("peak_mem_bytes"):
+                self.peaks[b] = max(self.peaks.get(b, 0.0), r["metrics"]["peak_mem_bytes"])
 
     def snap(self, lr: float) -> float:
         return min(self.lrs, key=lambda v: abs(math.log(v) - math.log(lr)))
@@ -171,12 +176,13 @@ class Replay:
         from tune_batch.records import Metrics, Status, TrialResult
 
         rec = TrialResult.from_record(self.by_point[(b, self.snap(lr))])
-        if rec.status is not Status.OK:
-            return rec, rec.duration_s
-        m = rec.metrics
-        if self.cap is not None and m.peak_mem_bytes > self.cap:
+        peak = rec.metrics.peak_mem_bytes if rec.status is Status.OK else self.peaks.get(b)
+        if self.cap is not None and peak is not None and peak > self.cap:
+            # out of memory in its first steps, before a point that diverged (at step 19 or later
+            # here) could: whatever the learning rate, a batch over the cap ends as oom
+            spent = rec.duration_s - rec.metrics.timed_s if rec.status is Status.OK else rec.duration_s
             return (rec.replace(status=Status.OOM, reason="replayed: measured peak over the cap", metrics=Metrics()),
-                    max(0.0, rec.duration_s - m.timed_s))
+                    max(0.0, spent))
         return rec, rec.duration_s
 
     def full(self) -> list:
