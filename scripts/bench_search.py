@@ -162,11 +162,7 @@ class Replay:
         for (b, _lr), r in self.by_point.items():
             pooled.setdefault(b, []).extend(r.get("samples_per_s_runs") or [])
         self.sps_pooled = {b: statistics.median(v) for b, v in pooled.items() if v}
-        # each batch size's measured peak (a diverged or failed point has none: its batch size's)
-        self.peaks: dict[int, float] = {}
-        for (b, _lr), r in self.by_point.items():
-            if r["status"] == "ok" and r["metrics"].get("peak_mem_bytes"):
-                self.peaks[b] = max(self.peaks.get(b, 0.0), r["metrics"]["peak_mem_bytes"])
+        self.peaks = batch_peaks(table)  # a diverged or failed point has none: its batch size's
 
     def snap(self, lr: float) -> float:
         return min(self.lrs, key=lambda v: abs(math.log(v) - math.log(lr)))
@@ -309,14 +305,20 @@ def _one(task: tuple) -> tuple[float, float, float]:
     return replay_search(_STATE["replays"][key], name, n, seed, True, bounds)
 
 
-def caps_of(table: dict) -> list[tuple[str, float | None]]:
-    """No cap, and caps that put about 20 %, 40 % and 60 % of the grid's batch sizes out of
-    memory: half-way between the measured peaks of neighbouring batch sizes."""
+def batch_peaks(table: dict) -> dict[int, float]:
+    """Each batch size's measured peak memory (the largest over its ok points)."""
     peaks: dict[int, float] = {}
     for r in table["records"]:
         if r["status"] == "ok":
             b = r["params"]["batch_size"]
             peaks[b] = max(peaks.get(b, 0.0), r["metrics"]["peak_mem_bytes"])
+    return peaks
+
+
+def caps_of(table: dict) -> list[tuple[str, float | None]]:
+    """No cap, and caps that put about 20 %, 40 % and 60 % of the grid's batch sizes out of
+    memory: half-way between the measured peaks of neighbouring batch sizes."""
+    peaks = batch_peaks(table)
     ordered = [peaks[b] for b in sorted(peaks)]
     out: list[tuple[str, float | None]] = [("none", None)]
     for share in (0.2, 0.4, 0.6):
