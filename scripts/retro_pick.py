@@ -84,9 +84,9 @@ def fresh_time(medians: dict[tuple[int, float], float], trial) -> float | None:
 def picks(run: Path, medians: dict[tuple[int, float], float]) -> dict[str, object]:
     """The trial each rule picks among the search's confirmed candidates."""
     import yaml
+    from bench_prediction import interpolated_reach
 
     import tune_batch.confirm as cm
-    from bench_prediction import interpolated_reach
     from tune_batch.config import config_from_dict
     from tune_batch.decision import decide
     from tune_batch.results import RunDir
