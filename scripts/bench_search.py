@@ -23,16 +23,26 @@
             told each trial's samples/s as the mean over the runs of its batch size so far
             (Policy.told), the record keeps the point's own reading.
 
+Training seeds: --measure trains repeat r of every point with search.seed + r (data order,
+            initialisation, validation split), and keeps each seed's status and val_acc
+            (seed_runs). The twelve committed grids were measured with one seed for all repeats,
+            then (2026-12-02, nineteenth session) their three seeds' runs were measured and
+            merged in, their samples/s left as first measured (seed_runs_measured in each table).
+            A replayed search with seed s reads seed (s mod 3)'s landscape, as a real search
+            trains every trial with its one search.seed; it is scored at the mean over seeds.
+
 hv_frac      hypervolume of the configs a search found / the full grid's, each config scored at
-             the best estimate of its truth: val_acc its point's median of 3 runs, samples/s the
+             the best estimate of its truth: val_acc the mean over its training seeds (feasible
+             when most seeds' runs were; a diverged run counts at chance), samples/s the
              median of all runs of its batch size (every learning rate: the step's work does not
              depend on it; the script checks that on each grid, "samples/s vs learning rate").
              Objectives scaled to [0, 1] by the full grid's feasible ranges; reference point -0.1.
              This is also what a search reports: its front pools samples/s over every run of the
              same step (tune_batch.points). A found set is part of the grid: never above 1.
 hv_frac single reading
-             the same ratio with each point's own median of 3 as its samples/s, in the found set
-             and the grid alike (the headline until 2026-12-01). Its grid front holds points that
+             the same ratio with each point's own median of 3 as its samples/s and the search's
+             seed's val_acc, in the found set and that seed's grid alike (the headline until
+             2026-12-01). Its grid front holds points that
              are on it only because one reading came out high (synthetic grid, batch 32: 7600
              samples/s at lr 0.0025 against 6240-6962 at the other five, runs 5794-7970), which a
              search hits by luck.
@@ -95,10 +105,14 @@ def measure(args: argparse.Namespace) -> None:
     raw.unlink(missing_ok=True)
     print(f"each run is appended to {raw} as it ends")
     # repeats are interleaved (the whole grid, then again), so slow drift of a shared machine
-    # spreads over every point instead of biasing some; each point keeps the median run
-    for rep in range(args.repeats):
+    # spreads over every point instead of biasing some; each point keeps the median run of the
+    # step-work metrics. Repeat r trains with search.seed + r (data order, initialisation, the
+    # validation split): a trial's val_acc is one seed's, and a search sees one seed's landscape
+    seeds = [cfg.search.seed + rep for rep in range(args.repeats)]
+    for rep, seed in enumerate(seeds):
+        seeded = cfg.model_copy(update={"search": cfg.search.model_copy(update={"seed": seed})})
         for i, (b, lr) in enumerate(points, 1):
-            res = run_trial(cfg, {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=i - 1)
+            res = run_trial(seeded, {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=i - 1)
             rec = res.to_record()
             # what else used the machine during its window (trial.measure: other processes' CPU, steal)
             rec["info"] = {k: rec["info"].get(k) for k in ("device", "timed_steps", "peak_mem_method", "bottleneck",
@@ -108,7 +122,7 @@ def measure(args: argparse.Namespace) -> None:
             with raw.open("a") as f:  # every run kept as it ends: a crash later loses nothing measured
                 f.write(json.dumps(rec) + "\n")
             m = res.metrics
-            print(f"[repeat {rep + 1}/{args.repeats}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
+            print(f"[repeat {rep + 1}/{args.repeats}, seed {seed}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
                   f"{m.samples_per_s or 0:.0f} samples/s, util {m.device_util or 0:.3f}, "
                   f"val_acc {m.val_acc or 0:.3f}, peak {(m.peak_mem_bytes or 0) / 2**20:.1f} MiB, "
                   f"{res.duration_s:.1f} s" + (" (disturbed window: another process used the machine)"
@@ -117,8 +131,11 @@ def measure(args: argparse.Namespace) -> None:
     for reps in runs.values():
         ok = [r for r in reps if r["status"] == "ok"]
         shaken = sum(1 for r in reps if r["info"].get("disturbed"))  # its runs with a disturbed window
+        # each seed's outcome, in seed order: what a search with that seed would read (Replay)
+        by_seed = [{"seed": seed, "status": r["status"], "reason": r["reason"], "duration_s": r["duration_s"],
+                    "val_acc": r["metrics"].get("val_acc")} for seed, r in zip(seeds, reps)]
         if not ok:
-            records.append({**reps[0], "repeats": len(reps), "disturbed_runs": shaken})
+            records.append({**reps[0], "repeats": len(reps), "disturbed_runs": shaken, "seed_runs": by_seed})
             continue
         # a metric a run could not measure (the noise scale from too few batches, say) is absent
         # from its record: the median of the runs that have it
@@ -126,14 +143,14 @@ def measure(args: argparse.Namespace) -> None:
         metrics = {k: statistics.median(v) for k in keys
                    if (v := [r["metrics"][k] for r in ok if r["metrics"].get(k) is not None])}
         records.append({**ok[0], "metrics": metrics, "duration_s": statistics.median(r["duration_s"] for r in ok),
-                        "repeats": len(reps), "disturbed_runs": shaken,
+                        "repeats": len(reps), "disturbed_runs": shaken, "seed_runs": by_seed,
                         "samples_per_s_runs": [r["metrics"]["samples_per_s"] for r in ok]})
     disturbed = sum(r["disturbed_runs"] for r in records)
     print(f"disturbed windows: {disturbed} of {sum(map(len, runs.values()))} runs (other processes' CPU time or steal "
           f"during the timed window; a point keeps the median of its runs)")
     TABLE.parent.mkdir(exist_ok=True)
     TABLE.write_text(json.dumps({
-        "config": cfg.to_dict(), "lr_grid": lrs, "batch_sizes": cfg.space.batch_choices(),
+        "config": cfg.to_dict(), "lr_grid": lrs, "batch_sizes": cfg.space.batch_choices(), "seeds": seeds,
         "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
                     "torch": torch.__version__, "python": platform.python_version(),
                     "device": records[0]["info"].get("device") if records else None},
@@ -144,7 +161,13 @@ def measure(args: argparse.Namespace) -> None:
 
 
 class Replay:
-    """Looks trial results up in the measured grid, under an optional memory cap."""
+    """Looks trial results up in the measured grid, under an optional memory cap.
+
+    A table measured with a training seed per repeat (``seed_runs``) holds one landscape per
+    seed: a search with ``landscape`` k reads every trial's status and val_acc from seed k's run
+    (a real search trains every trial with its one ``search.seed``), and a config's truth is its
+    mean over the seeds (``truth``). A table without them is one landscape, its own truth.
+    """
 
     def __init__(self, table: dict, cap_bytes: float | None, objectives: list[str] | None = None) -> None:
         from tune_batch.config import config_from_dict
@@ -163,15 +186,32 @@ class Replay:
             pooled.setdefault(b, []).extend(r.get("samples_per_s_runs") or [])
         self.sps_pooled = {b: statistics.median(v) for b, v in pooled.items() if v}
         self.peaks = batch_peaks(table)  # a diverged or failed point has none: its batch size's
+        runs = [r.get("seed_runs") for r in self.by_point.values()]
+        self.landscapes = len(runs[0]) if runs and all(runs) else 1
+        self.truth = {point: truth_of(r, self.config.model.num_classes) for point, r in self.by_point.items()}
 
     def snap(self, lr: float) -> float:
         return min(self.lrs, key=lambda v: abs(math.log(v) - math.log(lr)))
 
-    def lookup(self, b: int, lr: float):  # -> (TrialResult, trial-seconds)
-        """(the record as it would have come out under the cap, trial-seconds it cost)."""
+    def lookup(self, b: int, lr: float, landscape: int | None = None):  # -> (TrialResult, trial-seconds)
+        """(the record as it would have come out under the cap, trial-seconds it cost): seed
+        ``landscape``'s run where the table has one per seed (its step-work metrics the point's
+        median over every seed's run), else the point's median record."""
         from tune_batch.records import Metrics, Status, TrialResult
 
-        rec = TrialResult.from_record(self.by_point[(b, self.snap(lr))])
+        point = self.by_point[(b, self.snap(lr))]
+        if landscape is not None and self.landscapes > 1:
+            run = point["seed_runs"][landscape]
+            if run["status"] == "ok" and point["status"] != "ok":  # ok in this seed only: its batch size's step
+                point = {**point, "status": "ok", "reason": None, "duration_s": run["duration_s"], "metrics": {
+                    "samples_per_s": self.sps_pooled[b], "peak_mem_bytes": self.peaks[b], "val_acc": run["val_acc"],
+                    "timed_s": 0.0}}
+            elif run["status"] == "ok":
+                point = {**point, "metrics": {**point["metrics"], "val_acc": run["val_acc"]}}
+            else:
+                point = {**point, "status": run["status"], "reason": run["reason"], "metrics": {},
+                         "duration_s": run["duration_s"]}
+        rec = TrialResult.from_record(point)
         peak = rec.metrics.peak_mem_bytes if rec.status is Status.OK else self.peaks.get(b)
         if self.cap is not None and peak is not None and peak > self.cap:
             # out of memory in its first steps, before a point that diverged (at step 19 or later
@@ -181,11 +221,45 @@ class Replay:
                     max(0.0, spent))
         return rec, rec.duration_s
 
-    def full(self) -> list:
-        return [self.lookup(b, lr)[0] for (b, lr) in self.by_point]
+    def truth_of(self, rec):
+        """``rec`` (a found record) at its config's truth: feasible only if it is feasible there,
+        val_acc its mean over seeds."""
+        from tune_batch.records import Metrics, Status
+
+        ok, acc = self.truth[(rec.params.batch_size, self.snap(rec.params.lr))]
+        if not ok:
+            return rec.replace(status=Status.DIVERGED, reason="diverged in most seeds", metrics=Metrics())
+        return rec.replace(metrics=rec.metrics.with_(val_acc=acc))
+
+    def full(self, landscape: int | None = None) -> list:
+        """Every grid point under the cap: as one seed's search reads it (``landscape``), or at
+        its truth (None)."""
+        if landscape is not None:
+            return [self.lookup(b, lr, landscape)[0] for (b, lr) in self.by_point]
+        out = []
+        for (b, lr), point in self.by_point.items():
+            seen = None  # the point's median record, or, where only later seeds' runs were ok, one of those
+            if self.truth[(b, lr)][0] and point["status"] != "ok" and self.landscapes > 1:
+                seen = next(k for k, r in enumerate(point["seed_runs"]) if r["status"] == "ok")
+            rec = self.lookup(b, lr, seen)[0]
+            out.append(self.truth_of(rec) if rec.feasible else rec)
+        return out
 
     def full_cost(self) -> float:
         return sum(self.lookup(b, lr)[1] for (b, lr) in self.by_point)
+
+
+def truth_of(point: dict, num_classes: int) -> tuple[bool, float | None]:
+    """(feasible, val_acc) of a grid point at its best estimate: with a run per seed, feasible
+    when most seeds' runs were, val_acc the mean over every seed with a run that was not at
+    chance accuracy (1 / classes: what a diverged run leaves); else the point's own record."""
+    runs = point.get("seed_runs")
+    if not runs:
+        return point["status"] == "ok", point["metrics"].get("val_acc")
+    ok = [r for r in runs if r["status"] == "ok"]
+    if 2 * len(ok) <= len(runs):
+        return False, None
+    return True, statistics.fmean(r["val_acc"] if r["status"] == "ok" else 1.0 / num_classes for r in runs)
 
 
 def lr_effect(table: dict, perms: int = 2000, seed: int = 0) -> dict[int, tuple[float, float]]:
@@ -220,13 +294,15 @@ def lr_effect(table: dict, perms: int = 2000, seed: int = 0) -> dict[int, tuple[
 
 def pooled_hypervolume(rp: Replay, records: list, metrics: list[str], directions: list[str],
                        bounds: list[tuple[float, float]]) -> float:
-    """Hypervolume of the feasible ``records`` with each one's samples/s replaced by its batch
-    size's pooled median: the score of what a search found, at the best estimate of the truth
-    (a search still sees, and decides on, the single noisy reading of each point)."""
+    """Hypervolume of the feasible ``records`` at the best estimate of their truth: samples/s
+    their batch size's pooled median, val_acc (and feasibility) the mean over the table's seeds
+    (``Replay.truth_of``); the score of what a search found (a search still sees, and decides
+    on, the single noisy reading of each point, one seed's)."""
     from tune_batch.pareto import front_hypervolume
 
     pooled = [r.replace(metrics=r.metrics.with_(samples_per_s=rp.sps_pooled[r.params.batch_size]))
               if r.feasible and r.params.batch_size in rp.sps_pooled else r for r in records]
+    pooled = [rp.truth_of(r) if r.feasible else r for r in pooled]
     return front_hypervolume(pooled, metrics, directions, bounds)
 
 
@@ -267,8 +343,10 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
             study.enqueue_trial(point)
     spent = [0.0]
 
+    landscape = seed % rp.landscapes  # the training seed this search's trials read
+
     def runner(config, params, *, trial_id, extra, run_dir):
-        rec, cost = rp.lookup(params.batch_size, params.lr)
+        rec, cost = rp.lookup(params.batch_size, params.lr, landscape)
         spent[0] += cost
         return rec.replace(trial_id=trial_id, params=params)
 
@@ -329,7 +407,9 @@ def caps_of(table: dict) -> list[tuple[str, float | None]]:
     return out
 
 
-def _grid_setup(table: dict, cap: float | None, objectives: list[str]) -> tuple[Replay, list, float, float, float]:
+def _grid_setup(table: dict, cap: float | None, objectives: list[str]) -> tuple[Replay, list, list, float, float]:
+    """(replay, objective bounds (the truth's feasible ranges), the full grid's hypervolume in
+    each landscape's single readings, the grid's trial-seconds, its hypervolume at the truth)."""
     from tune_batch.pareto import front_hypervolume
 
     rp = Replay(table, cap, objectives)
@@ -337,8 +417,9 @@ def _grid_setup(table: dict, cap: float | None, objectives: list[str]) -> tuple[
     full = rp.full()
     ok = [r for r in full if r.feasible]
     bounds = [(min(r.metrics.value(m) for r in ok), max(r.metrics.value(m) for r in ok)) for m in cfg.metric_names]
-    return (rp, bounds, front_hypervolume(full, cfg.metric_names, cfg.directions, bounds), rp.full_cost(),
-            pooled_hypervolume(rp, full, cfg.metric_names, cfg.directions, bounds))
+    single = [front_hypervolume(rp.full(k) if rp.landscapes > 1 else full, cfg.metric_names, cfg.directions, bounds)
+              for k in range(rp.landscapes)]
+    return rp, bounds, single, rp.full_cost(), pooled_hypervolume(rp, full, cfg.metric_names, cfg.directions, bounds)
 
 
 def replay(args: argparse.Namespace) -> None:
@@ -372,11 +453,14 @@ def replay(args: argparse.Namespace) -> None:
         rows: dict[tuple[str, float], list[tuple[float, float, float]]] = {}
         for task, (hv, cost, hvn) in zip(tasks[c * per_case:(c + 1) * per_case], outs[c * per_case:(c + 1) * per_case]):
             # (best-estimate score, compute, single-reading score)
-            rows.setdefault((task[3], task[4]), []).append((hvn / hv_pooled, cost / full_cost, hv / hv_full))
+            rows.setdefault((task[3], task[4]), []).append(
+                (hvn / hv_pooled, cost / full_cost, hv / hv_full[task[6] % len(hv_full)]))
         table = tables[g]
         print(f"\ngrid {Path(args.tables[g]).name} ({n_grid} points, {table['config']['name']}, measured on "
               f"{table['machine']['device']}), cap {cap_name}: full-grid hypervolume {hv_pooled:.4f} "
-              f"(single readings: {hv_full:.4f})")
+              f"(single readings: {', '.join(f'{h:.4f}' for h in hv_full)}"
+              + (f", one per training seed; a search with seed s reads seed s mod {len(hv_full)}'s runs, "
+                 f"and is scored at the mean over seeds)" if len(hv_full) > 1 else ")"))
         print(f"{'sampler':11s} " + " ".join(f"{f'{f:.0%} hv_frac [q25,q75]':>26s}" for f in fracs)
               + f" {'compute_25':>10s} {'25% single':>10s}")
         for name in args.samplers:
