@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 GRIDS = ("quickstart", "synthetic", "mlp", "adam", "mlp_adam", "deep_mlp", "mlp3_digits", "rmsprop_cnn",
-         "nesterov_mlp", "plain_sgd_mlp", "plain_sgd_cnn", "half_momentum_cnn")
+         "nesterov_mlp", "plain_sgd_mlp", "plain_sgd_cnn", "half_momentum_cnn", "wd_cnn")
 _SETUPS: dict = {}
 
 
