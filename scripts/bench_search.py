@@ -162,6 +162,60 @@ def measure(args: argparse.Namespace) -> None:
           f"{disturbed} disturbed windows)")
 
 
+def add_seeds(args: argparse.Namespace) -> None:
+    """--add-seeds K: trains K more training seeds of every point of an existing table (--table),
+    the seeds after its last, each seed's whole grid in turn as --measure does, and appends each
+    run's status and val_acc to its point's seed_runs (seed order: a replayed search with seed s
+    then reads seed s mod len(seeds)). samples/s and the other step-work metrics stay as first
+    measured, so what changes is the number of landscapes and the truth's mean alone. Every run
+    is appended to <table>.seeds<first>-<last>.runs.jsonl as it ends; the table is written once,
+    at the end."""
+    import torch
+
+    from tune_batch.config import config_from_dict
+    from tune_batch.trial import run_trial
+
+    table = json.loads(TABLE.read_text())
+    if not table.get("seeds") or not all(r.get("seed_runs") for r in table["records"]):
+        raise SystemExit(f"{TABLE}: no seed_runs to add to (measure it with --measure first)")
+    cfg = config_from_dict(table["config"])
+    have = list(table["seeds"])
+    new = list(range(max(have) + 1, max(have) + 1 + args.add_seeds))
+    raw = TABLE.with_name(f"{TABLE.stem}.seeds{new[0]}-{new[-1]}.runs.jsonl")
+    raw.unlink(missing_ok=True)
+    print(f"{TABLE.name}: seeds {have} + {new}; each run is appended to {raw} as it ends")
+    t0, disturbed, runs = time.time(), 0, 0
+    for seed in new:
+        seeded = cfg.model_copy(update={"search": cfg.search.model_copy(update={"seed": seed})})
+        for i, point in enumerate(table["records"], 1):
+            b, lr = point["params"]["batch_size"], point["params"]["lr"]
+            res = run_trial(seeded, {"batch_size": b, "lr": lr, "num_gpus": 1}, trial_id=i - 1)
+            rec = res.to_record()
+            shaken = bool(rec["info"].get("disturbed"))
+            disturbed += shaken
+            runs += 1
+            with raw.open("a") as f:
+                f.write(json.dumps({"seed": seed, "params": rec["params"], "status": rec["status"],
+                                    "reason": rec["reason"], "duration_s": rec["duration_s"],
+                                    "metrics": rec["metrics"], "disturbed": shaken}) + "\n")
+            point["seed_runs"].append({"seed": seed, "status": rec["status"], "reason": rec["reason"],
+                                       "duration_s": rec["duration_s"], "val_acc": rec["metrics"].get("val_acc")})
+            print(f"[seed {seed}, {i}/{len(table['records'])}] batch_size {b} lr {lr:.4g}: {res.status} "
+                  f"val_acc {res.metrics.val_acc or 0:.3f}, {res.duration_s:.1f} s"
+                  + (" (disturbed window)" if shaken else ""), flush=True)
+    table["seeds"] = have + new
+    table.setdefault("seed_runs_added", []).append({
+        "at": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": round(time.time() - t0), "seeds": new,
+        "runs": str(raw.relative_to(REPO)) if raw.is_relative_to(REPO) else str(raw),
+        "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()},
+        "disturbed_windows": disturbed,
+        "how": "python scripts/bench_search.py --add-seeds with this table's stored config, search.seed set to each "
+               "new seed; only each run's status and val_acc are merged (seed_runs)"})
+    TABLE.write_text(json.dumps(table, indent=1))
+    print(f"wrote {TABLE} (seeds {table['seeds']}, {runs} runs, {time.time() - t0:.0f} s, {disturbed} disturbed windows)")
+
+
 class Replay:
     """Looks trial results up in the measured grid, under an optional memory cap.
 
@@ -591,11 +645,17 @@ def main() -> None:
                     help="objectives scored (default: those of configs/quickstart.yaml, as shipped)")
     ap.add_argument("--samplers", nargs="+", default=["grid", "random", "tpe", "nsga2", "gp", "tpe+ladder"])
     ap.add_argument("--table", default=None, help="with --measure: where the measured table goes")
+    ap.add_argument("--add-seeds", type=int, default=0,
+                    help="train this many more training seeds of every point of --table and merge them in")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="replay processes")
     ap.add_argument("--default-sampler", default="gp", help="the configuration tune_batch uses by default")
     args = ap.parse_args()
     TABLE = Path(args.table) if args.table else TABLE
-    if args.measure:
+    if args.add_seeds:
+        if not args.table:
+            raise SystemExit("--add-seeds needs --table (the measured table to add seeds to)")
+        add_seeds(args)
+    elif args.measure:
         measure(args)
     else:
         missing = [t for t in args.tables if not Path(t).exists()]

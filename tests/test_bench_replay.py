@@ -83,3 +83,36 @@ def test_a_table_without_seed_runs_is_its_own_truth(bench_search, table) -> None
     assert {(r.params.batch_size, r.params.lr): r.feasible for r in rp.full()} == {
         (16, 0.01): True, (16, 0.1): True, (32, 0.01): True, (32, 0.1): False}
     assert rp.full()[1].metrics.val_acc == 0.8
+
+
+@pytest.mark.slow
+def test_add_seeds_trains_the_next_seeds_and_merges_only_status_and_val_acc(bench_search, tmp_path, monkeypatch) -> None:
+    """--add-seeds on a table the test writes (two points, one seed): the next seed of each point
+    is really trained (the table's stored config, search.seed 1) and appended to its seed_runs,
+    the step-work metrics untouched; every run is kept in the runs file; a replay then reads two
+    landscapes."""
+    import argparse
+
+    from tests.conftest import tiny_config
+
+    cfg = tiny_config(budget={"train_samples": 256})
+    points = [_point(16, 0.05, [("ok", 0.5)], 100.0), _point(32, 0.05, [("ok", 0.4)], 200.0)]
+    path = tmp_path / "t_grid.json"
+    path.write_text(json.dumps({"config": cfg.to_dict(), "lr_grid": [0.05], "batch_sizes": [16, 32], "seeds": [0],
+                                "records": points}))
+    monkeypatch.setattr(bench_search, "TABLE", path)
+    bench_search.add_seeds(argparse.Namespace(add_seeds=1))
+    out = json.loads(path.read_text())
+    assert out["seeds"] == [0, 1] and out["seed_runs_added"][0]["seeds"] == [1]
+    for before, after in zip(points, out["records"]):
+        assert after["metrics"] == before["metrics"] and after["samples_per_s_runs"] == before["samples_per_s_runs"]
+        first, added = after["seed_runs"]
+        assert first == before["seed_runs"][0]
+        assert added["seed"] == 1 and added["status"] == "ok" and 0.0 <= added["val_acc"] <= 1.0
+    runs = [json.loads(line) for line in (tmp_path / "t_grid.seeds1-1.runs.jsonl").read_text().splitlines()]
+    assert [(r["seed"], r["params"]["batch_size"]) for r in runs] == [(1, 16), (1, 32)]
+    assert [r["metrics"]["val_acc"] for r in runs] == [r["seed_runs"][1]["val_acc"] for r in out["records"]]
+    assert bench_search.Replay(out, None).landscapes == 2
+    path.write_text(json.dumps({**out, "records": [{**p, "seed_runs": None} for p in out["records"]]}))
+    with pytest.raises(SystemExit, match="no seed_runs"):
+        bench_search.add_seeds(argparse.Namespace(add_seeds=1))
