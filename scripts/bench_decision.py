@@ -34,7 +34,11 @@ compute     the search's trial-seconds (all its records: trials, repeats, confir
             validations included) / the grid's training seconds (validations left out, so that
             validating the grid more often does not make the search look cheaper)
 
-Usage: python scripts/bench_decision.py [--measure --config C --table T] [--seeds 1 2 3]
+--json F    also writes every workload's rows to F: per seed the recommendation, and for each arm
+            (the grid best, the recommendation, the other confirmed candidates) its params, its
+            fresh runs' times to target, their median and the search's prediction
+
+Usage: python scripts/bench_decision.py [--measure --config C --table T] [--seeds 1 2 3] [--json F]
 """
 
 from __future__ import annotations
@@ -228,7 +232,11 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
                 fresh.append(pred_s / measured if math.isfinite(measured) and measured > 0 else math.inf)
         rows.append({"seed": seed, "batch_size": rec.params.batch_size, "lr": rec.params.lr, "regret": regret,
                      "compute": spent / grid_s, "how": res.report.method, "pred": ratios, "pred_fresh": fresh,
-                     "oracle": oracle})
+                     "oracle": oracle, "recommended": rec.trial_id,
+                     # every arm's fresh runs (times to the benchmark's target, s), for scripts that
+                     # re-read the pick (retro_pick.py) without parsing the printed medians
+                     "arms": [{"key": "best" if key == "best" else int(key), **arms[key], "times_s": times[key],
+                               "median_s": med[key], "predicted_s": predicted.get(key)} for key in arms]})
         cand = "; ".join(f"{arms[key]['batch_size']}/{arms[key]['lr']:.3g} {med[key]:.2f}" for key in arms
                          if key != "best")
         print(f"seed {seed}: recommended batch_size {rec.params.batch_size} lr {rec.params.lr:.3g} "
@@ -239,7 +247,8 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
               f"({wall:.0f} s wall); predicted/measured time to target of the confirmed, against the search's "
               f"runs: {', '.join(f'{x:.2f}' for x in ratios) or 'none'}, against the {runs} fresh runs: "
               f"{', '.join(f'{x:.2f}' for x in fresh) or 'none'}", flush=True)
-    return {"name": path.name, "rows": rows}
+    return {"name": path.name, "target": target, "grid_best": {"batch_size": best_point[0], "lr": best_point[1]},
+            "grid_train_s": grid_s, "rows": rows}
 
 
 def gns_overhead(pairs: int) -> tuple[float, float, float]:
@@ -281,6 +290,8 @@ def main() -> None:
                     help="fresh-seed runs of the grid best, the recommendation and each confirmed candidate")
     ap.add_argument("--keep", type=Path, default=None, help="keep each search's output under this folder")
     ap.add_argument("--gns-pairs", type=int, default=5, help="side-by-side trial pairs for the GNS overhead")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="also write every workload's rows (each arm's fresh-run times) to this JSON file")
     args = ap.parse_args()
     if args.measure:
         if not args.table:
@@ -295,6 +306,11 @@ def main() -> None:
           f"with it on; it runs after validation, outside the timed window, and took {cost:.3f} of a trial's "
           f"training seconds (median)")
     results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep, args.runs) for t in args.tables]
+    if args.json:
+        args.json.write_text(json.dumps({"seeds": args.seeds, "runs": args.runs, "target_fraction": args.target_fraction,
+                                         "gns_overhead": overhead, "gns_trial_cost": cost, "workloads": results},
+                                        indent=1, default=lambda x: None))
+        print(f"wrote {args.json}")
     regrets = [r["regret"] for res in results for r in res["rows"]]
     agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
     compute = [r["compute"] for res in results for r in res["rows"]]

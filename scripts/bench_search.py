@@ -27,9 +27,11 @@ Training seeds: --measure trains repeat r of every point with search.seed + r (d
             initialisation, validation split), and keeps each seed's status and val_acc
             (seed_runs). The first twelve grids were measured with one seed for all repeats,
             then (2026-12-02, nineteenth session) their three seeds' runs were measured and
-            merged in, their samples/s left as first measured (seed_runs_measured in each table).
-            A replayed search with seed s reads seed (s mod 3)'s landscape, as a real search
-            trains every trial with its one search.seed; it is scored at the mean over seeds.
+            merged in, their samples/s left as first measured (seed_runs_measured in each table);
+            on 2026-12-03 (twentieth session) seeds 3, 4 and 5 of all thirteen were added the same
+            way (--add-seeds 3; seed_runs_added). A replayed search with seed s reads seed
+            (s mod the table's seed count)'s landscape, as a real search trains every trial with
+            its one search.seed; it is scored at the mean over seeds.
 
 hv_frac      hypervolume of the configs a search found / the full grid's, each config scored at
              the best estimate of its truth: val_acc the mean over its training seeds (feasible

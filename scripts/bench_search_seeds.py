@@ -91,7 +91,15 @@ def main() -> None:
         medians += row
         print(f"  {g:14s} " + " ".join(f"{m:.3f}" for m in row))
     print(f"replay took {time.perf_counter() - t0:.0f} s")
+    per_case = [by[(p, c)] for p in paths for c in range(caps[p])]
+    lo, hi = bs.worst_case_interval(per_case)
+    (g_w, c_w), v_w = min(((key, statistics.median(v)) for key, v in by.items()), key=lambda kv: kv[1])
+    a, b = bs.median_interval(by[(g_w, c_w)])
+    print(f"worst case {v_w:.3f} ({Path(g_w).stem.removesuffix('_grid')}, cap {['none', '20 %', '40 %', '60 %'][c_w]}; "
+          f"its median's 95 % bootstrap interval over the seeds [{a:.3f}, {b:.3f}]); the worst case's own interval "
+          f"[{lo:.3f}, {hi:.3f}]")
     print(f"RESULT hv_frac_25={statistics.median(medians):.4f} hv_frac_25_worst={min(medians):.4f} "
+          f"hv_frac_25_worst_lo={lo:.4f} hv_frac_25_worst_hi={hi:.4f} "
           f"cases={len(medians)} seeds={args.seeds} seed0={args.seed0}")
 
 
