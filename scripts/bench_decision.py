@@ -235,7 +235,7 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
                      "oracle": oracle, "recommended": rec.trial_id,
                      # every arm's fresh runs (times to the benchmark's target, s), for scripts that
                      # re-read the pick (retro_pick.py) without parsing the printed medians
-                     "arms": [{"key": "best" if key == "best" else int(key), **arms[key], "times_s": times[key],
+                     "arms": [{"key": key, **arms[key], "times_s": times[key],
                                "median_s": med[key], "predicted_s": predicted.get(key)} for key in arms]})
         cand = "; ".join(f"{arms[key]['batch_size']}/{arms[key]['lr']:.3g} {med[key]:.2f}" for key in arms
                          if key != "best")
