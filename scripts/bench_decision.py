@@ -15,9 +15,9 @@ against the best config of a fully trained grid, in time to a target accuracy.
             with the grid's best config (interleaved, the order rotated each round, so machine
             drift hits all), --runs times each with fresh seeds (not the grid's seed 0: the grid
             best is the argmin of one seed-0 run per config, and re-running that same seed would
-            keep its luck), and reads the times to the target. A side-by-side run trains a quarter
-            of the table's length at its validation spacing (every target here is reached within
-            it; the whole length is trained when one is not).
+            keep its luck), and reads the times to the target. A side-by-side run trains an eighth
+            of the table's length at its validation spacing, then a quarter, then the whole length,
+            each only when the target was not reached by the one before.
 target      --target-fraction x the best val_acc any grid point reached (fixed per workload,
             before any search runs)
 regret      median time_to_target(recommended) / median time_to_target(grid best) over the
@@ -34,11 +34,19 @@ compute     the search's trial-seconds (all its records: trials, repeats, confir
             validations included) / the grid's training seconds (validations left out, so that
             validating the grid more often does not make the search look cheaper)
 
+regret interval  each search's regret with a 95 % bootstrap interval over its side-by-side
+            rounds (run k of every arm resampled together): how much of one search's regret is
+            the fresh runs' own noise; and how many searches are above 1.5 beyond it
+--reuse DIR no searching: each seed's search read back from an earlier run's --keep folder,
+            only the side-by-side runs trained (more --runs for the same recommendations)
+--summarize F ...  no training: the figures pooled over earlier runs' --json files or printed
+            outputs (a printed output holds only the recommendation's and the grid best's runs)
 --json F    also writes every workload's rows to F: per seed the recommendation, and for each arm
             (the grid best, the recommendation, the other confirmed candidates) its params, its
             fresh runs' times to target, their median and the search's prediction
 
-Usage: python scripts/bench_decision.py [--measure --config C --table T] [--seeds 1 2 3] [--json F]
+Usage: python scripts/bench_decision.py [--measure --config C --table T] [--seeds 1 2 3] [--json F] [--keep DIR]
+       [--reuse DIR] [--runs N] [--gns-pairs N] | --summarize F [F ...]
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from itertools import combinations
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -130,6 +139,23 @@ def _search(config_path: Path, seed: int, out: Path):
     return res, spent, time.time() - t
 
 
+def _stored_search(out: Path):
+    """A search kept by an earlier run (--keep), read back instead of searching again (--reuse):
+    its recommendation as today's decision code reads its records, and its trial-seconds. A
+    search seed does not fix a search's path on this machine (trial timings steer it), so the
+    fresh runs of a stored search can be repeated only this way."""
+    from types import SimpleNamespace
+
+    from tune_batch.decision import decide
+    from tune_batch.results import RunDir
+
+    if not (out / "pareto.json").exists():
+        raise SystemExit(f"--reuse: no stored search at {out} (keep one with --keep)")
+    run = RunDir(out)
+    report = decide(run.load_config(), run.records()[0])
+    return SimpleNamespace(recommended=report.recommended, report=report), sum(r.duration_s for r in _records(out)), 0.0
+
+
 def _raw_keys(path: Path) -> set[str]:
     from tune_batch.yamlio import read_yaml
 
@@ -157,17 +183,21 @@ def _confirmed(out: Path) -> tuple[list[dict], float | None, dict, list[float]]:
 
 
 def side_run(cfg, params: dict, seed: int, target: float) -> list:
-    """One fresh-seed run of ``params`` side by side with the others: its validation curve. Trains
-    a quarter of the table's length at the table's validation spacing (the targets are reached
-    within its first 2048-8192 samples), and the whole length only when ``target`` is not reached
-    by then (a run's first validations do not depend on how long it goes on)."""
+    """One fresh-seed run of ``params`` side by side with the others: its validation curve, at the
+    table's validation spacing. Trains an eighth of the table's length (most targets here are
+    reached within its first 2048-8192 samples), then a quarter, then the whole length, each only
+    when ``target`` was not reached by the one before: a run's first validations do not depend on
+    how long it goes on (the same seed, data order and steps), so a longer run only adds
+    validations after the shorter one's."""
     length, evaluations = cfg.confirm.train_samples, cfg.confirm.evaluations
-    short = length // 4
-    quarter = _full_config(cfg, short, max(1, round(evaluations * short / length)))
-    curve = full_run(quarter, params, seed)["info"].get("curve")
-    if not math.isfinite(ttt(curve, target)):
-        curve = full_run(cfg, params, seed)["info"].get("curve")
-    return curve or []
+    curve: list = []
+    for part in (8, 4, 1):
+        n = length // part
+        run_cfg = _full_config(cfg, n, max(1, round(evaluations * n / length))) if part > 1 else cfg
+        curve = full_run(run_cfg, params, seed)["info"].get("curve") or []
+        if math.isfinite(ttt(curve, target)):
+            break
+    return curve
 
 
 def at_spacing(curve: list, samples: set[float]) -> list:
@@ -177,7 +207,8 @@ def at_spacing(curve: list, samples: set[float]) -> list:
     return [c for c in curve if c[0] in samples]
 
 
-def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None, runs: int = 5) -> dict:
+def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None = None, runs: int = 5,
+              reuse: Path | None = None) -> dict:
     from tune_batch.config import config_from_dict
 
     table = json.loads(path.read_text())
@@ -195,8 +226,12 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="tb-decision-") as tmp:
             out = keep / f"{path.stem}-seed{seed}" if keep is not None else Path(tmp) / "run"
-            res, spent, wall = _search(REPO / table["config_path"], seed, out)
-            candidates, search_target, predicted, ratios = _confirmed(out)
+            if reuse is not None:
+                res, spent, wall = _stored_search(reuse / f"{path.stem}-seed{seed}")
+            else:
+                res, spent, wall = _search(REPO / table["config_path"], seed, out)
+            candidates, search_target, predicted, ratios = _confirmed(reuse / f"{path.stem}-seed{seed}"
+                                                                      if reuse is not None else out)
         rec = res.recommended
         if rec is None:
             rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_s,
@@ -251,12 +286,13 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
             "grid_train_s": grid_s, "rows": rows}
 
 
-def gns_overhead(pairs: int) -> tuple[float, float, float]:
+def gns_overhead(pairs: int) -> tuple[float, float, float, float | None]:
     """Side by side, interleaved: quickstart trials (batch 64, lr 0.04) with the gradient noise
     scale estimated (budget.gns_batches default) and without (0). Returns (median step-time ratio
     - 1, its spread as the half range of the ratios, median share of a trial's training seconds
-    the estimate took, outside the window)."""
+    the estimate took, outside the window, 95 % half-width of the mean ratio over the pairs)."""
     from tune_batch.config import load_config
+    from tune_batch.noise import mean_ci
     from tune_batch.trial import run_trial
 
     on = load_config(REPO / "configs" / "quickstart.yaml")
@@ -272,7 +308,113 @@ def gns_overhead(pairs: int) -> tuple[float, float, float]:
         print(f"gns pair {i + 1}/{pairs}: step time with/without {ratios[-1]:.3f}, estimate took "
               f"{costs[-1]:.3f} of the trial's training, B_simple {r_on.metrics.grad_noise_scale}", flush=True)
     spread = (max(ratios) - min(ratios)) / 2
-    return statistics.median(ratios) - 1.0, spread, statistics.median(costs)
+    return statistics.median(ratios) - 1.0, spread, statistics.median(costs), mean_ci(ratios)[1]
+
+
+def regret_interval(rec: list[float], best: list[float], reps: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of one search's regret (median time of the recommendation over the
+    median of the grid's best) from its side-by-side runs alone: the rounds resampled with
+    replacement, run k of both arms together (they share a fresh seed and a moment of the
+    machine). How much of a regret is the fresh runs' own noise."""
+    import random
+
+    rng = random.Random(seed)
+    idx = range(min(len(rec), len(best)))
+    got = []
+    for _ in range(reps):
+        pick = rng.choices(idx, k=len(idx))
+        b = statistics.median(best[i] for i in pick)
+        got.append(statistics.median(rec[i] for i in pick) / b if b > 0 else math.inf)
+    got.sort()
+    return got[int(0.025 * reps)], got[int(0.975 * reps) - 1]
+
+
+def parse_output(path: Path) -> dict:
+    """The rows of a printed bench_decision output (runs before --json existed): per seed the
+    regret, the recommendation's and the grid best's fresh-run times, the predictions' ratios,
+    compute and the best confirmed candidate's regret; the other arms' runs were printed only as
+    medians, so they are missing. The GNS overhead line's figures where printed."""
+    import re
+
+    workloads: list[dict] = []
+    gns: dict = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"(\S+\.json): .*grid best: batch_size (\d+) lr (\S+) at", line)
+        if m:
+            workloads.append({"name": m.group(1), "rows": []})
+            continue
+        m = re.match(r"gradient noise scale: step time ([-+.\d]+) .*took ([.\d]+) of a trial", line)
+        if m:
+            gns = {"gns_overhead": float(m.group(1)), "gns_overhead_ci": None, "gns_trial_cost": float(m.group(2))}
+        m = re.match(r"seed (\d+): recommended batch_size (\d+) lr (\S+) .*?time to target ([^s]+) s vs grid best "
+                     r"([^s]+) s: regret (\S+) .*the best of them (\S+) x the grid best; search \S+ trial-s = (\S+) "
+                     r"of the grid .*against the search's runs: ([^,]*(?:, [^,a-z]*)*), against the \d+ fresh runs: (.*)$", line)
+        if m and workloads:
+            nums = lambda t: [float(x) for x in t.replace(",", " ").split() if x != "none"]  # noqa: E731
+            rec, best = nums(m.group(4)), nums(m.group(5))
+            workloads[-1]["rows"].append({
+                "seed": int(m.group(1)), "batch_size": int(m.group(2)), "lr": float(m.group(3)),
+                "regret": float(m.group(6)), "oracle": float(m.group(7)), "compute": float(m.group(8)),
+                "pred": nums(m.group(9)), "pred_fresh": nums(m.group(10)),
+                "arms": [{"key": "best", "times_s": best}, {"key": "recommended", "times_s": rec}],
+                "recommended": "recommended", "parsed_from": str(path.name)})
+    return {"workloads": workloads, **gns}
+
+
+def summarize(results: list[dict], runs: int, gns: dict) -> None:
+    """The figures over every search of ``results`` (each workload's rows), and the RESULT line."""
+    from bench_search import median_interval  # scripts/ is on sys.path when a script runs
+
+    overhead, ci, cost = gns.get("gns_overhead"), gns.get("gns_overhead_ci"), gns.get("gns_trial_cost")
+    nan = float("nan")
+    regrets = [r["regret"] for res in results for r in res["rows"]]
+    agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
+    compute = [r["compute"] for res in results for r in res["rows"]]
+    preds = [x for res in results for r in res["rows"] for x in r["pred"]]
+    fresh = [x for res in results for r in res["rows"] for x in r["pred_fresh"]]
+    within = sum(1 for x in preds if 1 / 1.5 <= x <= 1.5)
+    within_fresh = sum(1 for x in fresh if 1 / 1.5 <= x <= 1.5)
+    for name, xs, n in (("the search's own confirmation runs", preds, within),
+                        (f"the median of {runs} fresh runs", fresh, within_fresh)):
+        print(f"time to target predicted from the gradient noise scale / measured by {name}, every confirmed "
+              f"candidate: {n} of {len(xs)} within 1.5x (median {statistics.median(xs) if xs else float('nan'):.2f}, "
+              f"range {min(xs, default=float('nan')):.2f}-{max(xs, default=float('nan')):.2f})")
+    oracles = [r["oracle"] for res in results for r in res["rows"]]
+    # the floor under any prediction checked against runs: how often two fresh runs of one config
+    # (same code, same machine, other seeds) are within 1.5x of each other
+    pairs = [max(a, b) / min(a, b) for res in results for r in res["rows"] for arm in r.get("arms", [])
+             for a, b in combinations(arm["times_s"], 2) if math.isfinite(a) and math.isfinite(b) and min(a, b) > 0]
+    floor = sum(1 for x in pairs if x <= 1.5) / len(pairs) if pairs else float("nan")
+    print(f"fresh runs of one config against each other (the seeds' own spread): {floor:.2f} of {len(pairs)} "
+          f"pairs within 1.5x")
+    finite = [x for x in regrets if math.isfinite(x)]
+    lo, hi = median_interval(finite) if len(finite) == len(regrets) and finite else (math.inf, math.inf)
+    print(f"regret median {statistics.median(regrets):.3f}, 95 % bootstrap interval over the searches "
+          f"[{lo:.3f}, {hi:.3f}] ({len(regrets)} searches)")
+    # each search's regret with its own interval from its fresh runs (rounds resampled)
+    beyond, upper = 0, []
+    for res in results:
+        for r in res["rows"]:
+            arms = {a["key"]: a["times_s"] for a in r.get("arms", [])}
+            rec, best = arms.get(r.get("recommended")), arms.get("best")
+            if not rec or not best:
+                continue
+            a, b = regret_interval(rec, best)
+            upper.append(a)
+            beyond += a > 1.5
+            print(f"  {res['name']} seed {r['seed']}: regret {r['regret']:.2f} [{a:.2f}, {b:.2f}] over its {len(rec)} "
+                  f"side-by-side rounds")
+    print(f"searches whose regret is above 1.5 beyond the fresh runs' noise (interval's low end > 1.5): {beyond} "
+          f"of {len(upper)}")
+    print("\nregret per workload and seed: " + "; ".join(
+        f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
+    print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
+          f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead={overhead if overhead is not None else nan:.4f} "
+          f"gns_trial_cost={cost if cost is not None else nan:.4f} gns_pred_within_1_5x={within_fresh / len(fresh) if fresh else float('nan'):.2f} "
+          f"gns_pred_within_1_5x_search_runs={within / len(preds) if preds else float('nan'):.2f} "
+          f"confirmed_best_regret_worst={max(oracles):.3f} runs={runs} "
+          f"tta_regret_median_lo={lo:.3f} tta_regret_median_hi={hi:.3f} gns_overhead_ci={ci if ci is not None else float('nan'):.4f} "
+          f"fresh_pairs_within_1_5x={floor:.2f} searches={len(regrets)} tta_regret_over_1_5_beyond_noise={beyond}")
 
 
 def main() -> None:
@@ -292,7 +434,25 @@ def main() -> None:
     ap.add_argument("--gns-pairs", type=int, default=5, help="side-by-side trial pairs for the GNS overhead")
     ap.add_argument("--json", type=Path, default=None,
                     help="also write every workload's rows (each arm's fresh-run times) to this JSON file")
+    ap.add_argument("--reuse", type=Path, default=None,
+                    help="no searching: read each seed's search from this folder (an earlier run's --keep) and "
+                         "train only the side-by-side runs")
+    ap.add_argument("--summarize", type=Path, nargs="+", default=None,
+                    help="no training: the figures pooled over earlier runs' --json files (or printed outputs, "
+                         "whose other arms' runs are missing)")
     args = ap.parse_args()
+    if args.summarize:
+        loaded = [json.loads(f.read_text()) if f.suffix == ".json" else parse_output(f) for f in args.summarize]
+        merged: dict[str, dict] = {}  # one workload's searches from every file together
+        for d in loaded:
+            for w in d["workloads"]:
+                merged.setdefault(w["name"], {**w, "rows": []})["rows"] += w["rows"]
+        results = list(merged.values())
+        gns = next((d for d in loaded if d.get("gns_overhead_ci") is not None), loaded[0])
+        print(f"pooled over {', '.join(f.name for f in args.summarize)}; the GNS overhead of "
+              f"{args.summarize[loaded.index(gns)].name}")
+        summarize(results, args.runs, gns)
+        return
     if args.measure:
         if not args.table:
             raise SystemExit("--measure needs --table")
@@ -301,37 +461,20 @@ def main() -> None:
     missing = [t for t in args.tables if not Path(t).exists()]
     if missing:
         raise SystemExit(f"{missing} missing: run python scripts/bench_decision.py --measure --config C --table T first")
-    overhead, spread, cost = gns_overhead(args.gns_pairs)
-    print(f"gradient noise scale: step time {overhead:+.3f} (+- {spread:.3f}, half range over {args.gns_pairs} pairs) "
-          f"with it on; it runs after validation, outside the timed window, and took {cost:.3f} of a trial's "
-          f"training seconds (median)")
-    results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep, args.runs) for t in args.tables]
+    overhead, spread, cost, ci = gns_overhead(args.gns_pairs) if args.gns_pairs > 0 else (None, None, None, None)
+    if args.gns_pairs > 0:
+        print(f"gradient noise scale: step time {overhead:+.3f} (+- {spread:.3f}, half range over {args.gns_pairs} "
+              f"pairs; the mean ratio's 95 % half-width {ci if ci is not None else float('nan'):.3f}) with it on; it runs "
+              f"after validation, outside the timed window, and took {cost:.3f} of a trial's training seconds (median)")
+    results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep, args.runs, args.reuse)
+               for t in args.tables]
     if args.json:
         args.json.write_text(json.dumps({"seeds": args.seeds, "runs": args.runs, "target_fraction": args.target_fraction,
-                                         "gns_overhead": overhead, "gns_trial_cost": cost, "workloads": results},
+                                         "gns_overhead": overhead, "gns_overhead_ci": ci, "gns_trial_cost": cost,
+                                         "workloads": results},
                                         indent=1, default=lambda x: None))
         print(f"wrote {args.json}")
-    regrets = [r["regret"] for res in results for r in res["rows"]]
-    agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
-    compute = [r["compute"] for res in results for r in res["rows"]]
-    preds = [x for res in results for r in res["rows"] for x in r["pred"]]
-    fresh = [x for res in results for r in res["rows"] for x in r["pred_fresh"]]
-    within = sum(1 for x in preds if 1 / 1.5 <= x <= 1.5)
-    within_fresh = sum(1 for x in fresh if 1 / 1.5 <= x <= 1.5)
-    for name, xs, n in (("the search's own confirmation runs", preds, within),
-                        (f"the median of {args.runs} fresh runs", fresh, within_fresh)):
-        print(f"time to target predicted from the gradient noise scale / measured by {name}, every confirmed "
-              f"candidate: {n} of {len(xs)} within 1.5x (median {statistics.median(xs) if xs else float('nan'):.2f}, "
-              f"range {min(xs, default=float('nan')):.2f}-{max(xs, default=float('nan')):.2f})")
-    oracles = [r["oracle"] for res in results for r in res["rows"]]
-    print("\nregret per workload and seed: " + "; ".join(
-        f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
-    print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
-          f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead={overhead:.4f} "
-          f"gns_trial_cost={cost:.4f} gns_pred_within_1_5x={within_fresh / len(fresh) if fresh else float('nan'):.2f} "
-          f"gns_pred_within_1_5x_search_runs={within / len(preds) if preds else float('nan'):.2f} "
-          f"confirmed_best_regret_worst={max(oracles):.3f} runs={args.runs}")
-
+    summarize(results, args.runs, {"gns_overhead": overhead, "gns_overhead_ci": ci, "gns_trial_cost": cost})
 
 if __name__ == "__main__":
     main()

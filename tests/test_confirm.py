@@ -88,6 +88,19 @@ def test_confirmation_trains_the_accurate_configs_fastest_first_not_the_fastest_
     assert confirm_candidates(report, 0) == []
 
 
+def test_one_config_is_confirmed_once_even_when_two_trials_ran_it() -> None:
+    cfg = tiny_config(objectives=OBJ)
+    # trials 0 and 4 ran the same params (a sampler at the space's bound proposes them twice)
+    # both within confirm.target_fraction of the most accurate and the fastest such: each would be
+    # picked after the recommended and the most accurate
+    short = [_rec(0, 1000, 0.95, b=64, lr=0.1), _rec(1, 500, 0.96, b=16), _rec(4, 1010, 0.95, b=64, lr=0.1),
+             _rec(3, 800, 0.93, b=32)]
+    report = decide(cfg, short)
+    picked = confirm_candidates(report, 3)
+    assert len({(r.params.batch_size, r.params.lr) for r in picked}) == 3  # three configs, not two
+    assert {r.trial_id for r in picked} >= {1, 3} and len({0, 4} & {r.trial_id for r in picked}) == 1
+
+
 def test_the_prediction_pools_the_searchs_noise_scale() -> None:
     """tr(Sigma) and |G|^2 are averaged over the search's trials before their ratio (one trial's
     ratio is noisy and biased); E_min comes from the other confirmed candidates."""
