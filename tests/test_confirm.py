@@ -88,6 +88,27 @@ def test_confirmation_trains_the_accurate_configs_fastest_first_not_the_fastest_
     assert confirm_candidates(report, 0) == []
 
 
+def test_near_top_configs_are_confirmed_soonest_to_target_first_by_the_noise_scale() -> None:
+    cfg = tiny_config(objectives=OBJ)
+    # 1 is the most accurate; 0 (batch 64) and 3 (batch 16) are both within target_fraction of it;
+    # 0 is twice as fast per sample (batch 16's samples/s is its step's, 1 and 3 alike), but at the
+    # search's B_noise of 16 a sample of batch 64 makes (1 + 1) / (1 + 4) of the progress of one of
+    # batch 16: 3 reaches a common target sooner
+    gns = {"gns_trace_sigma": 16.0, "gns_grad_sq": 1.0}
+    short = [_rec(0, 2000, 0.93, b=64, **gns), _rec(1, 1000, 0.96, b=16, lr=0.003, **gns),
+             _rec(3, 1000, 0.93, b=16, lr=0.05, **gns), _rec(2, 2500, 0.50, b=128, **gns),
+             _rec(5, 2200, 0.955, b=32, **gns)]  # dominates 0: the knee, recommended, confirmed first
+    report = decide(cfg, short)
+    assert report.recommended.trial_id == 5
+    order = [r.trial_id for r in confirm_candidates(report, 5)]
+    assert order.index(3) < order.index(0)
+    # without a noise scale: samples/s alone orders them
+    plain = decide(cfg, [_rec(r.trial_id, r.metrics.samples_per_s, r.metrics.val_acc, b=r.params.batch_size,
+                              lr=r.params.lr) for r in short])
+    order = [r.trial_id for r in confirm_candidates(plain, 5)]
+    assert order.index(0) < order.index(3)
+
+
 def test_one_config_is_confirmed_once_even_when_two_trials_ran_it() -> None:
     cfg = tiny_config(objectives=OBJ)
     # trials 0 and 4 ran the same params (a sampler at the space's bound proposes them twice)

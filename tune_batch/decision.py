@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 
 from tune_batch.config import Config
-from tune_batch.confirm import confirm
+from tune_batch.confirm import confirm, search_noise_scale
 from tune_batch.oom import cap_bytes
 from tune_batch.pareto import Prefer, better_beyond
 from tune_batch.records import TrialResult
@@ -25,8 +25,10 @@ TIME_TO_TARGET = "time_to_target"
 def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult]:
     """The configs confirmation trains, for the one that reaches the target soonest: the
     recommended one, the most accurate, then those already within ``confirm.target_fraction`` of
-    the most accurate at the short budget, fastest (samples/s) first (few samples to go, each
-    one cheap), then the others by the repeats' order (best in each objective, nearest to the
+    the most accurate at the short budget, soonest to a common target first by the gradient
+    noise scale's model (few samples to go, each one cheap: (1 + B / B_noise) / samples/s, the
+    inverse of goodput at the search's B_noise; by samples/s alone where no trial measured a
+    noise scale), then the others by the repeats' order (best in each objective, nearest to the
     ideal point). The fastest config overall is not one of them for its speed alone: at
     a learning rate too low it never reaches the target (in 7 of the decision benchmark's 18
     stored searches, before this order). When the short trials learned nothing, the feasible
@@ -46,13 +48,21 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     def acc(r: TrialResult) -> float:
         return report.stat(r, "val_acc")[0]  # type: ignore[return-value]
 
+    b_noise, _ = search_noise_scale([*report.records, *report.repeats])
+
+    def time_per_progress(r: TrialResult) -> float:
+        # seconds per unit of progress toward a common target, as the time-to-target prediction
+        # models it: (1 + B / B_noise) samples each at the step's samples/s (1 / samples/s where
+        # the search measured no noise scale)
+        sps = report.stat(r, "samples_per_s")[0] or 0.0
+        return (1.0 + r.params.batch_size / b_noise if b_noise else 1.0) / sps if sps > 0 else math.inf
+
     learned = [r for r in rest if acc(r) is not None]
     first = rest[:1]
     if learned:
         top = max(map(acc, learned))
         near_top = [r for r in learned if acc(r) >= report.config.confirm.target_fraction * top]
-        first += [max(learned, key=acc),
-                  *sorted(near_top, key=lambda r: -(report.stat(r, "samples_per_s")[0] or 0.0))]
+        first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
     return _distinct([*first, *rest])[:n]
 
 
