@@ -152,8 +152,9 @@ def _stored_search(out: Path):
     if not (out / "pareto.json").exists():
         raise SystemExit(f"--reuse: no stored search at {out} (keep one with --keep)")
     run = RunDir(out)
-    report = decide(run.load_config(), run.records()[0])
-    return SimpleNamespace(recommended=report.recommended, report=report), sum(r.duration_s for r in _records(out)), 0.0
+    records = run.records()[0]
+    report = decide(run.load_config(), records)
+    return SimpleNamespace(recommended=report.recommended, report=report), sum(r.duration_s for r in records), 0.0
 
 
 def _raw_keys(path: Path) -> set[str]:
@@ -225,13 +226,13 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
     rows = []
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix="tb-decision-") as tmp:
-            out = keep / f"{path.stem}-seed{seed}" if keep is not None else Path(tmp) / "run"
             if reuse is not None:
-                res, spent, wall = _stored_search(reuse / f"{path.stem}-seed{seed}")
+                out = reuse / f"{path.stem}-seed{seed}"
+                res, spent, wall = _stored_search(out)
             else:
+                out = keep / f"{path.stem}-seed{seed}" if keep is not None else Path(tmp) / "run"
                 res, spent, wall = _search(REPO / table["config_path"], seed, out)
-            candidates, search_target, predicted, ratios = _confirmed(reuse / f"{path.stem}-seed{seed}"
-                                                                      if reuse is not None else out)
+            candidates, search_target, predicted, ratios = _confirmed(out)
         rec = res.recommended
         if rec is None:
             rows.append({"seed": seed, "batch_size": None, "lr": None, "regret": math.inf, "compute": spent / grid_s,
@@ -366,7 +367,7 @@ def summarize(results: list[dict], runs: int, gns: dict) -> None:
     from bench_search import median_interval  # scripts/ is on sys.path when a script runs
 
     overhead, ci, cost = gns.get("gns_overhead"), gns.get("gns_overhead_ci"), gns.get("gns_trial_cost")
-    nan = float("nan")
+    nan = math.nan
     regrets = [r["regret"] for res in results for r in res["rows"]]
     agree = [max(Counter(r["batch_size"] for r in res["rows"]).values()) / len(res["rows"]) for res in results]
     compute = [r["compute"] for res in results for r in res["rows"]]
@@ -377,14 +378,14 @@ def summarize(results: list[dict], runs: int, gns: dict) -> None:
     for name, xs, n in (("the search's own confirmation runs", preds, within),
                         (f"the median of {runs} fresh runs", fresh, within_fresh)):
         print(f"time to target predicted from the gradient noise scale / measured by {name}, every confirmed "
-              f"candidate: {n} of {len(xs)} within 1.5x (median {statistics.median(xs) if xs else float('nan'):.2f}, "
-              f"range {min(xs, default=float('nan')):.2f}-{max(xs, default=float('nan')):.2f})")
+              f"candidate: {n} of {len(xs)} within 1.5x (median {statistics.median(xs) if xs else nan:.2f}, "
+              f"range {min(xs, default=nan):.2f}-{max(xs, default=nan):.2f})")
     oracles = [r["oracle"] for res in results for r in res["rows"]]
     # the floor under any prediction checked against runs: how often two fresh runs of one config
     # (same code, same machine, other seeds) are within 1.5x of each other
     pairs = [max(a, b) / min(a, b) for res in results for r in res["rows"] for arm in r.get("arms", [])
              for a, b in combinations(arm["times_s"], 2) if math.isfinite(a) and math.isfinite(b) and min(a, b) > 0]
-    floor = sum(1 for x in pairs if x <= 1.5) / len(pairs) if pairs else float("nan")
+    floor = sum(1 for x in pairs if x <= 1.5) / len(pairs) if pairs else nan
     print(f"fresh runs of one config against each other (the seeds' own spread): {floor:.2f} of {len(pairs)} "
           f"pairs within 1.5x")
     finite = [x for x in regrets if math.isfinite(x)]
@@ -410,10 +411,10 @@ def summarize(results: list[dict], runs: int, gns: dict) -> None:
         f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
     print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
           f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead={overhead if overhead is not None else nan:.4f} "
-          f"gns_trial_cost={cost if cost is not None else nan:.4f} gns_pred_within_1_5x={within_fresh / len(fresh) if fresh else float('nan'):.2f} "
-          f"gns_pred_within_1_5x_search_runs={within / len(preds) if preds else float('nan'):.2f} "
+          f"gns_trial_cost={cost if cost is not None else nan:.4f} gns_pred_within_1_5x={within_fresh / len(fresh) if fresh else nan:.2f} "
+          f"gns_pred_within_1_5x_search_runs={within / len(preds) if preds else nan:.2f} "
           f"confirmed_best_regret_worst={max(oracles):.3f} runs={runs} "
-          f"tta_regret_median_lo={lo:.3f} tta_regret_median_hi={hi:.3f} gns_overhead_ci={ci if ci is not None else float('nan'):.4f} "
+          f"tta_regret_median_lo={lo:.3f} tta_regret_median_hi={hi:.3f} gns_overhead_ci={ci if ci is not None else nan:.4f} "
           f"fresh_pairs_within_1_5x={floor:.2f} searches={len(regrets)} tta_regret_over_1_5_beyond_noise={beyond}")
 
 
@@ -461,20 +462,20 @@ def main() -> None:
     missing = [t for t in args.tables if not Path(t).exists()]
     if missing:
         raise SystemExit(f"{missing} missing: run python scripts/bench_decision.py --measure --config C --table T first")
-    overhead, spread, cost, ci = gns_overhead(args.gns_pairs) if args.gns_pairs > 0 else (None, None, None, None)
+    overhead = spread = cost = ci = None
     if args.gns_pairs > 0:
+        overhead, spread, cost, ci = gns_overhead(args.gns_pairs)
         print(f"gradient noise scale: step time {overhead:+.3f} (+- {spread:.3f}, half range over {args.gns_pairs} "
               f"pairs; the mean ratio's 95 % half-width {ci if ci is not None else float('nan'):.3f}) with it on; it runs "
               f"after validation, outside the timed window, and took {cost:.3f} of a trial's training seconds (median)")
     results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep, args.runs, args.reuse)
                for t in args.tables]
+    gns = {"gns_overhead": overhead, "gns_overhead_ci": ci, "gns_trial_cost": cost}
     if args.json:
         args.json.write_text(json.dumps({"seeds": args.seeds, "runs": args.runs, "target_fraction": args.target_fraction,
-                                         "gns_overhead": overhead, "gns_overhead_ci": ci, "gns_trial_cost": cost,
-                                         "workloads": results},
-                                        indent=1, default=lambda x: None))
+                                         **gns, "workloads": results}, indent=1, default=lambda x: None))
         print(f"wrote {args.json}")
-    summarize(results, args.runs, {"gns_overhead": overhead, "gns_overhead_ci": ci, "gns_trial_cost": cost})
+    summarize(results, args.runs, gns)
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -34,6 +39,17 @@ def tiny_config(**sections: dict) -> Config:
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
     return config_from_dict(raw)
+
+
+@contextmanager
+def script(name: str) -> Iterator[ModuleType]:
+    """A benchmark script of scripts/ imported as a module (scripts/ on sys.path meanwhile: the
+    scripts import each other by name)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
 
 
 @pytest.fixture

@@ -4,25 +4,19 @@ side-by-side runs that stop at the shortest length reaching the target."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_config
+from tests.conftest import script, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import bench_decision
-
-        yield bench_decision
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    with script("bench_decision") as module:
+        yield module
 
 
 def test_a_regret_interval_is_as_wide_as_the_rounds_disagree(bench) -> None:

@@ -4,23 +4,19 @@ reads one seed's landscape, and is scored at the mean over seeds."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def bench_search():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import bench_search
-
-        yield bench_search
-    finally:
-        sys.path.remove(str(REPO / "scripts"))
+    with script("bench_search") as module:
+        yield module
 
 
 def _point(b: int, lr: float, runs: list[tuple[str, float | None]], peak: float, median_ok: bool = True) -> dict:
