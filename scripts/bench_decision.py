@@ -270,7 +270,7 @@ def one_table(path: Path, seeds: list[int], fraction: float, keep: Path | None =
                      "compute": spent / grid_s, "how": res.report.method, "pred": ratios, "pred_fresh": fresh,
                      "oracle": oracle, "recommended": rec.trial_id,
                      # every arm's fresh runs (times to the benchmark's target, s), for scripts that
-                     # re-read the pick (retro_pick.py) without parsing the printed medians
+                     # re-read the pick among the candidates without parsing the printed medians
                      "arms": [{"key": key, **arms[key], "times_s": times[key],
                                "median_s": med[key], "predicted_s": predicted.get(key)} for key in arms]})
         cand = "; ".join(f"{arms[key]['batch_size']}/{arms[key]['lr']:.3g} {med[key]:.2f}" for key in arms

@@ -27,7 +27,7 @@ def test_a_regret_interval_is_as_wide_as_the_rounds_disagree(bench) -> None:
 
 
 def test_a_printed_output_reads_back_as_rows(bench) -> None:
-    rows = bench.parse_output(REPO / "benchmarks" / "bench_decision_output_seeds43-45.txt")
+    rows = bench.parse_output(REPO / "benchmarks" / "bench_decision_parse_example.txt")
     names = [w["name"] for w in rows["workloads"]]
     assert names == ["decision_quickstart_fine.json", "decision_synthetic_fine.json"]
     first = rows["workloads"][0]["rows"][0]
