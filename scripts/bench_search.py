@@ -10,7 +10,7 @@
             grid (Optuna's GridSampler: the grid in random order), random, tpe, nsga2, gp, and tpe
             seeded with the batch-size ladder exactly as a search ships it (tpe+ladder); gp and tpe
             as a search builds them (the scaling probe, search.scale_probe, on), gp-noprobe and
-            tpe-noprobe without it (as they shipped before 2026-12-01's twelfth session), and
+            tpe-noprobe without it (as they shipped before the scaling probe, 2026-12-01), and
             gp-optuna-startup (gp as it shipped before its random start counted budget trials
             only: Optuna's own n_startup_trials, which counts free skips); the
             feasibility model on; at 10 %, 25 % and 50 % of the grid, over --seeds seeds; on every
@@ -26,9 +26,9 @@
 Training seeds: --measure trains repeat r of every point with search.seed + r (data order,
             initialisation, validation split), and keeps each seed's status and val_acc
             (seed_runs). The first twelve grids were measured with one seed for all repeats,
-            then (2026-12-02, nineteenth session) their three seeds' runs were measured and
+            then (2026-12-02) their three seeds' runs were measured and
             merged in, their samples/s left as first measured (seed_runs_measured in each table);
-            on 2026-12-03 (twentieth session) seeds 3, 4 and 5 of all thirteen were added the same
+            on 2026-12-03 seeds 3, 4 and 5 of all thirteen were added the same
             way (--add-seeds 3; seed_runs_added). A replayed search with seed s reads seed
             (s mod the table's seed count)'s landscape, as a real search trains every trial with
             its one search.seed; it is scored at the mean over seeds.
@@ -51,7 +51,7 @@ hv_frac single reading
 compute_frac trial-seconds spent / trial-seconds of the whole grid
 The default is judged by its worst case over grids and caps at 25 %, and against random search;
 both scores are printed, and the default against random search paired over seeds (the same
-seed; since the start-up's learning rates are stratified, 2026-12-01, fifteenth session, they
+seed; since the start-up's learning rates are stratified (2026-12-01), they
 no longer start from the same proposals), with a sign-flip test per case. Thirteen grids: quickstart,
 synthetic (small CNNs, SGD), mlp (an MLP on digits), adam (a small CNN with Adam), mlp_adam (an
 MLP with Adam on synthetic images), deep_mlp (a 4 x 256 MLP with SGD on synthetic images),
@@ -66,7 +66,7 @@ default was chosen on the other three, mlp_adam only after gp became the default
 after the random start counted budget trials only, mlp3_digits after the scaling probe became
 the default, rmsprop_cnn after the probe walked down too, nesterov_mlp and plain_sgd_mlp after
 the probe took edges from past-the-peak trials, plain_sgd_cnn after the start-up was
-stratified (2026-12-01): held-out checks (README, "Choosing the sampler").
+stratified (2026-12-01): held-out checks (docs/benchmarks.md, "Choosing the sampler").
 
 Usage: python scripts/bench_search.py [--measure --config C --table T] [--seeds 20]
 """
@@ -393,11 +393,11 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     sampler_name = sampler_name.removesuffix("+ladder")
     if sampler_name == "grid":
         sampler = optuna.samplers.GridSampler({"batch_size": cfg.space.batch_choices(), "lr": rp.lrs, "num_gpus": [1]}, seed=seed)
-    elif sampler_name == "gp-optuna-startup":  # gp as it shipped before 2026-12-01's eleventh session: free skips
+    elif sampler_name == "gp-optuna-startup":  # gp as it shipped until 2026-12-01: free skips
         from tune_batch.samplers import startup_trials  # counted towards its random start
 
         sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup_trials(n_trials))
-    elif sampler_name.endswith("-noprobe"):  # gp / tpe as they shipped before ScaledProbe (2026-12-01, 12th session)
+    elif sampler_name.endswith("-noprobe"):  # gp / tpe as they shipped before ScaledProbe (2026-12-01)
         sampler = make_sampler(sampler_name.removesuffix("-noprobe"), seed, n_trials)
     else:  # as a search builds it (search.scale_probe on)
         sampler = make_sampler(sampler_name, seed, n_trials, probe_rule(cfg))
