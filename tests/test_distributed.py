@@ -160,3 +160,26 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
     finally:
         _stop_cluster(root, tmp_path)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> None:
+    """num_gpus [1, 2] on Ray with the default sampler (gp with the probe) past its random start:
+    a proposal skipped for the batch rules, two-worker trials, and the model's own proposals over
+    the whole space after the probe's (Optuna's GP fit raised IndexError there before)."""
+    import optuna
+
+    cfg = tiny_config(space={"batch_size": [16, 32, 64], "num_gpus": [1, 2]}, budget={"trials": 7})
+    assert cfg.search.sampler == "gp"
+    storage = f"sqlite:///{tmp_path / 'mixed.db'}"
+    study = optuna.create_study(study_name="mixed", storage=storage, directions=cfg.directions)
+    study.enqueue_trial({"batch_size": 16, "lr": 0.05, "num_gpus": 2})  # < 16 per worker: skipped
+    search(cfg, tmp_path / "run", storage_url=storage, study_name="mixed", quiet=True)
+    recs = _records(tmp_path / "run")
+    counted = [r for r in recs if not r["info"].get("free_skip")]
+    assert len(counted) == 7
+    skipped = [r for r in recs if r["status"] == "skipped"]
+    assert skipped and all("min_batch_per_gpu" in r["reason"] for r in skipped)
+    ok_gpus = {r["params"]["num_gpus"] for r in recs if r["status"] == "ok"}
+    assert ok_gpus == {1, 2}, [(r["params"], r["status"], r["reason"]) for r in recs]
+    assert all(r["status"] in ("ok", "skipped", "diverged") for r in recs), [r["reason"] for r in recs]
+    assert (tmp_path / "run" / "pareto.json").exists()

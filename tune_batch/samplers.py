@@ -61,8 +61,9 @@ class BudgetStartup(_Wrapping):
     seeded permutation of its own per parameter. Three independent draws all landed in the top
     third of the log range in 1 of 27 starts (on the plain_sgd_mlp grid, all three past the
     peak: the whole search scored 0.34 of the grid's hypervolume); stratified, each third is
-    drawn once. Categorical parameters (batch size, GPU count) stay random: under a memory cap a
-    stratum of batch sizes can lie wholly out of memory, and a skipped proposal is drawn again.
+    drawn once. The GPU count takes its choices in turn (``_rotated``). The batch size stays
+    random: under a memory cap a stratum of batch sizes can lie wholly out of memory, and a
+    skipped proposal is drawn again.
     """
 
     def __init__(self, model: optuna.samplers.BaseSampler, n_startup: int, seed: int | None) -> None:
@@ -75,12 +76,25 @@ class BudgetStartup(_Wrapping):
         done = study._get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,), use_cache=True)
         return sum(1 for t in done if not t.user_attrs.get("free_skip")) < self._n_startup
 
+    def _begun(self, study: Any, trial: Any) -> int:
+        """How many trials began before ``trial`` (finished and not skipped for free, or running)."""
+        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
+        return sum(1 for t in study._get_trials(deepcopy=False, states=states, use_cache=False)
+                   if t.number < trial.number and not t.user_attrs.get("free_skip"))
+
+    def _rotated(self, study: Any, trial: Any, name: str, d: optuna.distributions.CategoricalDistribution) -> Any:
+        """The start-up trial's GPU count: the choices in a seeded order, one per trial begun, so
+        each count is measured in the random start (drawn at random, one skip of a count at a
+        batch size too small for it was the study's only trial of that count, and the model
+        learned the count as infeasible). A skipped proposal keeps its count and draws again."""
+        key = [self._seed % 2**32, zlib.crc32(name.encode())]
+        order = np.random.RandomState(key).permutation(len(d.choices))
+        return d.choices[int(order[self._begun(study, trial) % len(d.choices)])]
+
     def _stratified(self, study: Any, trial: Any, name: str, d: optuna.distributions.FloatDistribution) -> float:
         """The start-up trial's value of ``name``: in the stratum of the trials begun before it
         (finished and not skipped for free, or running)."""
-        states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.RUNNING)
-        k = sum(1 for t in study._get_trials(deepcopy=False, states=states, use_cache=False)
-                if t.number < trial.number and not t.user_attrs.get("free_skip")) % self._n_startup
+        k = self._begun(study, trial) % self._n_startup
         key = [self._seed % 2**32, zlib.crc32(name.encode())]
         stratum = np.random.RandomState(key).permutation(self._n_startup)[k]
         u = (stratum + np.random.RandomState([*key, trial.number]).uniform()) / self._n_startup
@@ -99,6 +113,8 @@ class BudgetStartup(_Wrapping):
             return self._model.sample_independent(study, trial, param_name, param_distribution)
         if isinstance(param_distribution, optuna.distributions.FloatDistribution) and param_distribution.step is None:
             return self._stratified(study, trial, param_name, param_distribution)
+        if param_name == "num_gpus" and isinstance(param_distribution, optuna.distributions.CategoricalDistribution):
+            return self._rotated(study, trial, param_name, param_distribution)
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
     def reseed_rng(self) -> None:
@@ -244,6 +260,29 @@ def probe_rule(config: Any) -> str | None:
     return "sqrt" if config.optimizer.adaptive else "linear"
 
 
+class SpaceSafeGP(optuna.samplers.GPSampler):
+    """Optuna's GPSampler, safe when the relative search space changes between proposals.
+
+    ScaledProbe hands the model what is left of the space after a probe (``num_gpus`` alone when
+    GPU count is searched) and the whole space otherwise. GPSampler (Optuna 5.1) keeps the
+    fitted kernels of the objectives and of the constraints as warm starts; it drops the
+    objectives' when the dimension changes, but tests the constraints' against the objectives'
+    cache it has just refitted, so a stale constraint kernel of the other dimension is reused
+    and the fit fails (``IndexError`` in ``gp.py``'s ``loss_func``). Both caches are dropped
+    here whenever the set of searched parameters changes.
+    """
+
+    _space_keys: tuple[str, ...] | None = None
+
+    def sample_relative(self, study: Any, trial: Any, search_space: dict[str, Any]) -> dict[str, Any]:
+        keys = tuple(sorted(search_space))
+        if keys != self._space_keys:
+            self._gprs_cache_list = None
+            self._constraints_gprs_cache_list = None
+            self._space_keys = keys
+        return super().sample_relative(study, trial, search_space)
+
+
 def make_sampler(name: str, seed: int, n_trials: int, probe: str | None = None) -> Any:
     """An Optuna sampler for a multi-objective, constrained study.
 
@@ -255,7 +294,7 @@ def make_sampler(name: str, seed: int, n_trials: int, probe: str | None = None) 
     """
     n_startup = startup_trials(n_trials)
     if name in ("tpe", "gp"):
-        model = (optuna.samplers.GPSampler(seed=seed, n_startup_trials=0) if name == "gp" else
+        model = (SpaceSafeGP(seed=seed, n_startup_trials=0) if name == "gp" else
                  optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=0))
         started = BudgetStartup(model, n_startup, seed)
         if probe is None:
