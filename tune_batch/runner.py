@@ -169,7 +169,9 @@ def _stages_pending(config: Config, run_dir: RunDir) -> bool:
 
 def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
                  address: str | None, storage_url: str | None, study_name: str | None, verbose: bool) -> None:
-    """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend."""
+    """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend, then
+    the stages after the search. The stages' jobs get the whole config: only the search stage
+    runs the trials left (a remaining budget of 0 is no valid config in a trial process)."""
     from tune_batch import study as seam
 
     storage = seam.open_storage(storage_url or run_dir.study_url)
@@ -181,8 +183,7 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         progress.warn(f"the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
                       f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
         fresh = False
-    budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - budget_used(done))})
-    run_config = config.model_copy(update={"budget": budget})
+    trials_left = max(0, config.budget.trials - budget_used(done))
     policy = Policy(config, done)
     plan_repeats = partial(_plan_repeats, config, run_dir)
     plan_confirm = partial(_plan_confirm, config, run_dir)
@@ -193,16 +194,17 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         if config.search.backend == "optuna":
             from tune_batch.backends import optuna as optuna_backend
 
-            optuna_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
+            optuna_backend.run_search(_one_worker_only(config, progress), run_dir, storage=storage,
                                       study_name=name, progress=progress, policy=policy, fresh=fresh,
-                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed)
+                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed,
+                                      trials_left=trials_left)
         else:
             from tune_batch.backends import ray as ray_backend
 
-            ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
+            ray_backend.run_search(config, run_dir, storage=storage, study_name=name, progress=progress,
                                    policy=policy, address=address or config.search.address, verbose=verbose,
                                    fresh=fresh, plan_repeats=plan_repeats, plan_confirm=plan_confirm,
-                                   sampler_seed=sampler_seed)
+                                   sampler_seed=sampler_seed, trials_left=trials_left)
 
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
@@ -281,6 +283,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                    prefer: Prefer) -> SearchResult:
     resumed = run_dir.prepare(config, force=force)
     run_dir.check_appendable()
+    for note in run_dir.set_aside_broken() if resumed else []:
+        progress.warn(note)
     previous, warnings = run_dir.records()
     done = [r for r in latest_per_trial(previous) if r.searched]
     for w in warnings:
