@@ -179,3 +179,24 @@ def swaps_records_away(num_classes: int = 10, run_dir: str = "") -> nn.Module:
         p.rename(p.with_name("trials.jsonl.kept"))
         p.mkdir()
     return tiny_with_dropout(num_classes)
+
+
+class _Leaky(nn.Module):
+    """small_cnn that keeps a copy of ``kib_per_step`` KiB of its input in a list at every
+    training forward: the classic leak of a tensor kept "for logging"."""
+
+    def __init__(self, num_classes: int, kib_per_step: int) -> None:
+        super().__init__()
+        self.net = small_cnn(num_classes, width=8)
+        self.kib_per_step = kib_per_step
+        self.kept: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.kept.append(x.detach().flatten().repeat(1 + self.kib_per_step * 256 // x.numel())
+                             [: self.kib_per_step * 256].clone())
+        return self.net(x)
+
+
+def leaky(num_classes: int = 10, kib_per_step: int = 64) -> nn.Module:
+    return _Leaky(num_classes, kib_per_step)

@@ -17,49 +17,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from tune_batch.config_errors import describe, relevant
 from tune_batch.config_train import OptimizerConfig, TrainConfig
 from tune_batch.config_train import Section as _Section
+from tune_batch.config_workload import BUILTIN_DATASETS as BUILTIN_DATASETS  # re-exported
+from tune_batch.config_workload import DataConfig, ModelConfig
 from tune_batch.errors import ConfigError
 from tune_batch.metrics import OBJECTIVE_METRICS
 from tune_batch.sizes import parse_memory
 from tune_batch.yamlio import apply_overrides, read_yaml
-
-BUILTIN_DATASETS = ("cifar10", "digits", "synthetic", "imagefolder")
-
-
-class ModelConfig(_Section):
-    name: str = "resnet18"
-    """A torchvision model name (``resnet18``) or ``pkg.module:function`` returning an nn.Module."""
-    pretrained: bool = False
-    """Load torchvision's default weights (needs the network the first time)."""
-    num_classes: int = Field(10, ge=2)
-    """Output classes; a pretrained head is replaced when it differs."""
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Extra keyword arguments passed to the model builder."""
-
-
-class DataConfig(_Section):
-    name: str = "digits"
-    """cifar10 | digits | synthetic | imagefolder | ``pkg.module:function``."""
-    root: str = "./data"
-    """Where cifar10 / imagefolder files live (cifar10: the folder holding cifar-10-batches-py)."""
-    download: bool = False
-    """Download cifar10 when its files are missing (needs the network)."""
-    resize: int | None = Field(32, gt=0, le=4096)
-    """Square input side in pixels; null keeps the data set's own size."""
-    val_samples: int = Field(500, gt=0)
-    """Held-out samples used for val_acc."""
-    num_workers: int = Field(0, ge=0)
-    """DataLoader worker processes."""
-    synthetic_samples: int = Field(4096, gt=0)
-    """Training pool size of the synthetic data set."""
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Extra keyword arguments passed to a ``pkg.module:function`` data builder."""
-
-    @field_validator("name")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in BUILTIN_DATASETS and ":" not in v:
-            raise ValueError(f"allowed: {' | '.join(BUILTIN_DATASETS)} | pkg.module:function")
-        return v
 
 
 class BatchRange(_Section):
@@ -204,8 +167,8 @@ class ResourcesConfig(_Section):
     cpus_per_trial: Literal["auto"] | int = "auto"
     """CPUs a one-worker trial asks Ray for; auto: all of a node's CPUs when there is no GPU."""
     memory_margin: float = Field(0.1, ge=0.0, lt=1.0)
-    """Safety margin under the cap for ``max-batch``'s answer (the search's feasibility model
-    skips only configs predicted over the cap itself)."""
+    """Share of the memory limit (the cap, else the device less other processes) the answer leaves free: the
+    recommendation's and ``max-batch``'s worst-case peak; the feasibility model skips only configs over the cap."""
     peak_flops: float | None = Field(None, gt=0)
     """Peak FLOP/s of one device for MFU, when it is not a known GPU and should not be measured."""
     feasibility_model: bool = True
@@ -349,7 +312,7 @@ class Config(_Section):
 
 #: Where a config may hold a Python callable instead of "pkg.module:function" (notebooks).
 CALLABLE_SLOTS = {"model": ("model", "name"), "data": ("data", "name"), "step": ("train", "step"),
-                  "evaluate": ("train", "evaluate")}
+                  "evaluate": ("train", "evaluate"), "worst_case": ("data", "worst_case")}
 
 
 def _with_callables(raw: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:

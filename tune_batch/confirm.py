@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tune_batch.config import Config
+from tune_batch.measure.growth import describe
 from tune_batch.points import StepMeans
 from tune_batch.records import Params, Status, TrialResult
 
@@ -111,6 +112,11 @@ class Candidate:
     # predicts from the other candidates (estimate_time); the runs' time alone without a prediction
     estimate_s: float | None = None
 
+    @property
+    def grows(self) -> bool:
+        """Whether memory grew beyond noise along one of its runs (``info.memory_growth``: a leak?)."""
+        return any((r.info.memory_growth or {}).get("flagged") for r in self.runs)
+
     def to_dict(self) -> dict[str, Any]:
         return {"trial_id": self.trial.trial_id, "params": self.trial.params.to_dict(),
                 "short_rank": self.short_rank, "long_rank": self.long_rank, "time_to_target_s": self.time_to_target_s,
@@ -136,13 +142,16 @@ class Confirmation:
     noise_scale: float | None = None  # the search's B_noise (search_noise_scale), for the prediction
     noise_scale_trials: int = 0
     steps: StepMeans = field(default_factory=StepMeans)  # of the short runs: the samples/s a prediction divides by
+    excluded: dict[Any, str] = field(default_factory=dict)  # trial id -> why it cannot be recommended (memory)
 
     @property
     def best(self) -> Candidate | None:
         """The candidate with the shortest estimated time to the target (estimate_s), of those whose
-        runs reached it; ties: the long-budget rank."""
-        reached = [c for c in self.candidates if c.time_to_target_s is not None]
-        return min(reached, key=lambda c: (c.estimate_s or c.time_to_target_s or 0.0, c.long_rank), default=None)
+        runs reached it and that are not ``excluded``; one whose memory grew only when all did;
+        ties: the long-budget rank."""
+        reached = [c for c in self.candidates if c.time_to_target_s is not None and c.trial.trial_id not in self.excluded]
+        steady = [c for c in reached if not c.grows] or reached
+        return min(steady, key=lambda c: (c.estimate_s or c.time_to_target_s or 0.0, c.long_rank), default=None)
 
     def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
         return {"prediction": predictions(self, others), "target_metric": TARGET_METRIC, "target": self.target, "target_how": self.target_how,
@@ -278,6 +287,20 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
                      "time = samples / samples_per_s of its step (mean over the search's runs of its batch size, any lr)"}
 
 
+def _memory_lines(conf: Confirmation, x: Candidate) -> list[str]:
+    """Why a candidate's memory keeps it from being recommended: it grew (a leak?), or it leaves
+    too little of the memory limit."""
+    out = []
+    grew = [g for r in x.runs if (g := r.info.memory_growth) and g.get("flagged")]
+    if grew:
+        g = max(grew, key=lambda g: g.get("bytes_per_1000_steps") or 0.0)
+        passed = " (not recommended while another candidate's memory stays flat)" if conf.best is not x else ""
+        out.append(f"{describe(g)} in {len(grew)} of its {len(x.runs)} run(s): a leak?{passed}")
+    if x.trial.trial_id in conf.excluded:
+        out.append(f"not recommended: {conf.excluded[x.trial.trial_id]}")
+    return out
+
+
 def lines(conf: Confirmation) -> list[str]:
     """The confirmation in the summary's words: per candidate its time to target (or that it
     never reached it), then the ranks' agreement."""
@@ -295,9 +318,13 @@ def lines(conf: Confirmation) -> list[str]:
             reach += f" (ranked at {x.estimate_s:.2f} s with its prediction)"
         out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}; short-budget "
                    f"rank {x.short_rank}): {reach}; {x.reached} of {len(x.runs)} run(s) reached it")
+        out += [f"    {line}" for line in _memory_lines(conf, x)]
     reached = [x for x in conf.candidates if x.time_to_target_s is not None]
-    if conf.best is not None and reached and conf.best is not reached[0]:
-        first = reached[0]
+    # passed over for its memory (said above), not for its time
+    best_grows = conf.best is not None and conf.best.grows
+    eligible = [x for x in reached if x.trial.trial_id not in conf.excluded and (not x.grows or best_grows)]
+    if conf.best is not None and eligible and conf.best is not eligible[0]:
+        first = eligible[0]
         out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: its runs' time and "
                    f"its predicted time together ({conf.best.estimate_s:.2f} s) are the shortest; "
                    f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together)")

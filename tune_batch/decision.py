@@ -119,10 +119,15 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     report = dataclasses.replace(report, confirmation=conf, confirm_runs=runs)
     if conf is None or base_prefer is not None:
         return report
+    # a candidate too close to the memory limit (over all its runs) is not recommended
+    rooms = {c.trial.trial_id: report.headroom(c.trial) for c in conf.candidates}
+    conf = dataclasses.replace(conf, excluded={t: h.shortfall() for t, h in rooms.items() if not h.keeps_margin})
+    report = dataclasses.replace(report, confirmation=conf)
     best = conf.best
     if best is None:
         why = ("nothing was learned in the confirmation runs either" if conf.target is None
-               else "no confirmed candidate reached the target")
+               else "no confirmed candidate reached the target" + (" and left resources.memory_margin"
+                                                                    if conf.excluded else ""))
         return dataclasses.replace(report, recommended=None, method=f"time_to_target: {why}", tradeoffs={},
                                    notes=[*report.notes, f"{why}: no recommendation"])
     # the short budget's notes about its own recommendation no longer apply

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from tune_batch.config import dump_config
 from tune_batch.pareto import REFERENCE
 from tune_batch.records import TrialResult
@@ -25,10 +27,13 @@ def best_config_yaml(report: Report) -> str | None:
     })
     best = cfg.model_copy(update={"space": space, "budget": cfg.budget.model_copy(update={"trials": 1})})
     measured = ((k, rec.metrics.value(k)) for k in cfg.metric_names)
+    room = report.headroom(rec)
     head = [
         f"# tune_batch recommendation from trial {rec.trial_id} ({report.method})",
         f"# batch_size={p.batch_size} lr={p.lr:.6g} num_gpus={p.num_gpus}",
         "# measured: " + ", ".join(f"{k}={v:.4g}" for k, v in measured if v is not None),
+        "# " + room.line(),
+        "# memory: " + yaml.safe_dump(room.to_dict(), default_flow_style=True, width=10**6).strip(),
         "# the space below is that single point; 'tune-batch search' on this file re-measures it",
     ]
     return "\n".join(head) + "\n" + dump_config(best)
@@ -51,7 +56,8 @@ def pareto_payload(report: Report) -> dict[str, object]:
         "confirmation": report.confirmation.to_dict(report.front) if report.confirmation is not None else None,
         "trials": [_front_entry(report, r) for r in report.front],
         # the recommended config's own entry: with confirmation it need not be on the short front
-        "recommended": _front_entry(report, report.recommended) if report.recommended else None,
+        "recommended": ({**_front_entry(report, report.recommended), **report.headroom(report.recommended).to_dict()}
+                        if report.recommended else None),
     }
 
 

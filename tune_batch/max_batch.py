@@ -1,8 +1,9 @@
 """``max-batch``: the largest batch size that fits under the memory cap with the safety margin,
 found with the memory model in few probes.
 
-A probe is a short real training run (one warm-up step and two measured steps, no
-validation) whose peak memory is measured. Two probes at the smallest batch sizes give a line
+A probe is a short real training run (one warm-up step and two measured steps, no validation
+pass) whose worst-case peak is measured: the largest batch the data can produce and a validation
+batch at that size (``data.worst_case``), beside the window's. Two probes at the smallest batch sizes give a line
 ``peak = a + b x batch``; the largest candidate predicted to fit is probed next, and every
 probe refines the line, until the predicted answer has been probed and fits (the next size up
 is probed too when it is predicted only slightly over the limit).
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from tune_batch.config import Config
 from tune_batch.errors import UserError
+from tune_batch.headroom import worst_bytes
 from tune_batch.oom import MemoryFit, cap_bytes, fit_memory
 
 
@@ -49,7 +51,7 @@ def probe_trial(config: Config, num_gpus: int = 1, steps: int = 2) -> ProbeFn:
         profile = config.profile.model_copy(update={"enabled": False})
         cfg = config.model_copy(update={"budget": budget, "profile": profile})
         res = run_trial(cfg, {"batch_size": batch_size, "lr": config.space.lr.low, "num_gpus": num_gpus}, validate=False)
-        return Probe(batch_size, res.status.value, res.metrics.peak_mem_bytes, res.duration_s, res.reason)
+        return Probe(batch_size, res.status.value, worst_bytes(res), res.duration_s, res.reason)
 
     return probe
 
@@ -116,17 +118,20 @@ def find_max_batch(cands: list[int], cap: int, margin: float, probe: ProbeFn) ->
 
 def max_batch(config: Config, num_gpus: int = 1, probe: ProbeFn | None = None) -> MaxBatchResult:
     """Find the largest batch size for ``config`` under ``resources.device_memory`` (CPU: a size;
-    CUDA: a size or a fraction of the device; without a cap on CUDA, the whole device)."""
+    CUDA: a size or a fraction of the device; without a cap on CUDA, the whole device), less on
+    CUDA what other processes hold at the start."""
     import torch
 
     from tune_batch.workload import build_datasets
 
     total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory if torch.cuda.is_available() else None
     cap = cap_bytes(config.resources.device_memory, total)
+    if total is not None:  # on a GPU: what other processes hold is not ours to use
+        from tune_batch.measure.tenants import others_bytes, usable_bytes
+
+        cap = usable_bytes(total, cap, others_bytes(torch.cuda.current_device())[0])
     if cap is None:
-        if total is None:
-            raise UserError("max-batch: on a CPU it needs resources.device_memory as a size, e.g. --set resources.device_memory=2GiB")
-        cap = total
+        raise UserError("max-batch: on a CPU it needs resources.device_memory as a size, e.g. --set resources.device_memory=2GiB")
     ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
     smallest = min(config.space.batch_choices()) // num_gpus
     cands = candidates(max(1, smallest), len(ds.train))  # type: ignore[arg-type]

@@ -27,10 +27,9 @@ _OOM_MESSAGES = (
 class MemoryCapExceeded(RuntimeError):
     """The trial's measured peak memory went over ``resources.device_memory`` (CPU enforcement)."""
 
-    def __init__(self, peak_bytes: int, cap_bytes: int) -> None:
-        super().__init__(
-            f"out of memory: measured peak {peak_bytes / 2**20:.1f} MiB exceeds the cap of {cap_bytes / 2**20:.1f} MiB"
-        )
+    def __init__(self, peak_bytes: float, cap_bytes: int, where: str = "") -> None:
+        super().__init__(f"out of memory: measured peak {peak_bytes / 2**20:.1f} MiB exceeds the cap of "
+                         f"{cap_bytes / 2**20:.1f} MiB" + (f" {where}" if where else ""))
         self.peak_bytes = peak_bytes
         self.cap_bytes = cap_bytes
 

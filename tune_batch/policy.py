@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from tune_batch import space as space_mod
 from tune_batch.config import Config
+from tune_batch.headroom import worst_bytes
 from tune_batch.oom import MemoryFit, cap_bytes, fit_memory
 from tune_batch.points import StepMeans
 from tune_batch.records import Params, Status, TrialInfo, TrialResult
@@ -25,7 +26,8 @@ class FeasibilityModel:
 
     (a) boundary: a per-worker batch at least as large as one that already ran out of memory;
     (b) prediction: with two or more measured batch sizes, a config whose predicted peak is over
-        the cap (when a cap is known).
+        the cap (when a cap is known). The peaks are the worst cases (``peak_mem_worst_bytes``:
+        the largest batch of the data, a validation batch), where the trials measured them.
 
     No safety margin below the cap here: a config predicted just under it runs, and a real OOM
     (which costs one step) settles it, because skipping a config that would have fit can lose
@@ -41,8 +43,9 @@ class FeasibilityModel:
 
     def observe(self, result: TrialResult) -> None:
         n, per_worker = result.params.num_gpus, result.params.per_worker_batch
-        if result.status is Status.OK and result.metrics.peak_mem_bytes is not None:
-            self._points.setdefault(n, []).append((per_worker, float(result.metrics.peak_mem_bytes)))
+        peak = worst_bytes(result)  # the worst case where measured: what the limit is checked against
+        if result.status is Status.OK and peak is not None:
+            self._points.setdefault(n, []).append((per_worker, float(peak)))
         elif result.status is Status.OOM:
             cur = self._oom.get(n)
             if cur is None or per_worker < cur[0]:

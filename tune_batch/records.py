@@ -93,6 +93,9 @@ class Metrics(_Flat):
     mfu: float | None = None
     model_flops_per_s: float | None = None
     peak_mem_bytes: float | None = None
+    # the figure held against the memory limit: the window, the largest batch of the data, a validation batch and
+    # the first optimizer step (CUDA: the allocator's reserved peak over the whole trial)
+    peak_mem_worst_bytes: float | None = None
     data_wait_frac: float | None = None
     timed_s: float | None = None
     step_time_s: float | None = None
@@ -165,6 +168,16 @@ class TrialInfo(_Flat):
     memory_cap_bytes: int | None = None
     memory_cap: str | None = None
     peak_mem_method: str | None = None
+    memory_limit_bytes: int | None = None  # the cap, or (CUDA) the device less other processes at the start
+    device_memory_bytes: int | None = None  # the device's total memory (CUDA)
+    other_gpu_mem_start_bytes: int | None = None  # other processes' memory on the GPU at the start (NVML)
+    peak_mem_worst_method: str | None = None  # what the worst case ran (trial.worst)
+    worst_case_s: float | None = None  # seconds the worst case took (after everything a trial reports)
+    peak_mem_reserved_bytes: int | None = None  # CUDA: the allocator's reserved peak of the window
+    peak_mem_worst_allocated_bytes: int | None = None  # CUDA: the allocated peak of the whole trial
+    memory_quarters_bytes: list[float] | None = None  # a confirmation run's peak per quarter of its steps
+    memory_kept_bytes: list[list[float]] | None = None  # [step, memory kept between steps] along the run
+    memory_growth: dict[str, Any] | None = None  # measure.growth.Growth of the kept memory: a leak?
     # utilization and device telemetry (CPU: device_util_raw; CUDA: NVML)
     device_util_raw: float | None = None
     device_util_method: str | None = None

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tune_batch.config import Config
 from tune_batch.confirm import chance_floor
 from tune_batch.confirm import lines as confirm_lines
+from tune_batch.headroom import Headroom, growth_line, headroom, keep_margin
 from tune_batch.noise import beyond
 from tune_batch.oom import cap_bytes
 from tune_batch.pareto import KNEE_METHOD, Prefer, choose, hypervolume, noisy_non_dominated, normalise, within_noise
@@ -49,6 +50,15 @@ class Report:
         if self.recommended is None:
             return None
         return any(r.trial_id == self.recommended.trial_id for r in self.front)
+
+    def runs_of(self, r: TrialResult) -> list[TrialResult]:
+        """Every run of ``r``'s config: its trial and repeats, and its confirmation runs."""
+        p = self.points.get(r.trial_id)
+        return [*(p.runs if p is not None else (r,)), *(c for c in self.confirm_runs if c.info.confirm_of == r.trial_id)]
+
+    def headroom(self, r: TrialResult) -> Headroom:
+        """How close ``r``'s config runs to the memory limit, over all its runs."""
+        return headroom(self.config, self.runs_of(r))
 
     def stat(self, r: TrialResult, metric: str) -> tuple[float | None, float | None]:
         """(mean over the config's runs, over its step's for STEP_WORK, 95 % half-width) of a
@@ -170,6 +180,9 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
     notes: list[str] = []
     if k is not None and prefer is None:
         k, notes = _accuracy_guard(feas, front_pts, k, metrics)
+    rec, margin_notes = keep_margin(config, front_pts, feas, k, _chooser(metrics, directions, prefer, bounds))
+    if margin_notes:  # the knee's notes were about another point
+        notes, k = margin_notes, next((i for i, p in enumerate(front_pts) if p is rec), None)
     notes += _within_noise_notes(front_pts, k, metrics)
     unmeasured = [r for r in searched if r.status is Status.OK and not r.metrics.has_finite(metrics)]
     if unmeasured:
@@ -180,18 +193,30 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
                      + (f": {why}" if why else "") + "): measured, but not on the front")
     empty = nothing_learned(config, front_pts, latest)
     if empty:
-        k, notes = None, [empty]
+        rec, notes = None, [empty]
     counts: dict[str, int] = {}
     for r in searched:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     hv = hypervolume(normalise([vals[i] for i in idx], directions, bounds)) if idx else 0.0
-    report = Report(config, searched, [p.trial for p in front_pts], front_pts[k].trial if k is not None else None,
+    report = Report(config, searched, [p.trial for p in front_pts], rec.trial if rec is not None else None,
                     counts, list(warnings or []), method, hv, {}, {p.trial.trial_id: p for p in all_pts}, noise,
                     notes, [r for r in latest if r.info.repeat_of is not None], empty is None)
     if report.recommended is not None:
         cap = cap_bytes(config.resources.device_memory, None)
         report.tradeoffs.update({r.trial_id: tradeoffs(report, r, report.recommended, cap) for r in report.front})
     return report
+
+
+def _chooser(metrics: list[str], directions: list[str], prefer: Prefer,
+             bounds: list[tuple[float, float]] | None) -> Callable[[Sequence[Point]], int | None]:
+    """Chooses among some points as the front is chosen from: on their own front (noise respected)."""
+    def choose_among(pool: Sequence[Point]) -> int | None:
+        vals = [[p.mean[m] for m in metrics] for p in pool]
+        idx = noisy_non_dominated(vals, [[p.ci.get(m) for m in metrics] for p in pool], directions)
+        j, _ = choose([vals[i] for i in idx], metrics, directions, prefer, bounds)
+        return idx[j] if j is not None else None
+
+    return choose_among
 
 
 def row(rec: TrialResult, report: Report | None = None) -> dict[str, Any]:
@@ -314,6 +339,8 @@ def render_summary(report: Report) -> str:
         p = rec.params
         lines.append(f"recommended: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus} "
                      f"(trial {rec.trial_id}; {how})")
+        room = report.headroom(rec)
+        lines += [f"  {line}" for line in (growth_line(room), room.line()) if line]
         lines += [f"  {line}" for line in tradeoff_lines(report)]
     lines += report.notes
     return "\n".join(lines)

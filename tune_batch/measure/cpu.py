@@ -128,7 +128,7 @@ def _read_hwm_bytes() -> int | None:
     return None
 
 
-def _trim_heap() -> None:
+def trim_heap() -> None:
     """Give freed heap memory back to the OS (glibc), so RSS starts from what is really in use;
     without it a second trial in the same process reuses the first one's pages unseen."""
     gc.collect()
@@ -192,7 +192,7 @@ class PeakRss:
             self._see(rss_bytes())
 
     def __enter__(self) -> PeakRss:
-        _trim_heap()
+        trim_heap()
         self.baseline_bytes = self.peak_rss_bytes = rss_bytes()
         if _reset_hwm():
             self.method = "hwm"

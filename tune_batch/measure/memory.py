@@ -61,3 +61,27 @@ def step_peak_bytes(step: Callable[[], None]) -> int:
     timeline = MemoryProfileTimeline(prof._memory_profile())
     _, sizes = timeline._coalesce_timeline(torch.device("cpu"))
     return int(max((sum(s) for s in sizes), default=0))
+
+
+def live_tensor_bytes(device_type: str = "cpu") -> int:
+    """Bytes of the distinct storages of every tensor on ``device_type`` that Python can reach,
+    after a garbage collection: the tensor memory a process keeps, free of allocator noise (memory
+    held only inside C++, such as an autograd graph's saved tensors, is not seen)."""
+    import gc
+    import warnings
+
+    import torch
+
+    gc.collect()
+    storages: dict[int, int] = {}
+    with warnings.catch_warnings():  # a deprecated torch object warns when its class is looked at
+        warnings.simplefilter("ignore")
+        tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+    for obj in tensors:
+        if obj.device.type == device_type:
+            try:
+                s = obj.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # sparse, nested and other storage-less layouts
+                continue
+            storages[s.data_ptr()] = s.nbytes()
+    return sum(storages.values())

@@ -1,8 +1,10 @@
 """A confirmation run: one config trained at a longer budget, validated at even intervals; its
 validation curve (samples, training seconds, val_acc, loss) is what time to target is read from.
 
-Training seconds exclude the validations (they exist only to measure); everything else a user's
-run would pay is in them: data loading, the steps, the optimizer. One worker.
+Training seconds exclude the validations and the memory watch's reads (they exist only to
+measure); everything else a user's run would pay is in them: data loading, the steps, the
+optimizer. Its memory is watched over every step and validation (``trial.watch``): the peak per
+quarter, and the growth of what the run keeps between steps. One worker.
 """
 
 from __future__ import annotations
@@ -11,17 +13,28 @@ import math
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from tune_batch.config import Config
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
-from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
+from tune_batch.trial.evaluate import chance_rate, check_batchnorm, evaluate
 from tune_batch.trial.gns import NoiseScale, noise_scale
 from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags
 from tune_batch.trial.run import boundary, gns_figures, with_accumulation
-from tune_batch.trial.setup import Placement, apply_memory_cap, build_net, device_name, load_data, pick_device
+from tune_batch.trial.setup import (
+    MemoryCap,
+    Placement,
+    apply_memory_cap,
+    build_net,
+    device_name,
+    load_data,
+    pick_device,
+)
+from tune_batch.trial.watch import Peekable, RunMemory, RunWatch
+from tune_batch.trial.worst import WorstCase, probe
 
 
 def confirm_samples(config: Config, train_size: int) -> int:
@@ -51,12 +64,29 @@ def eval_steps(total: int, evaluations: int) -> list[int]:
     return sorted({max(1, round(total * (i + 1) / n)) for i in range(n)})
 
 
-# (validation curve, chance rate, steps, data description, noise scale at the end)
-_Curve = tuple[list[list[float]], float | None, int, str, NoiseScale | None]
+@dataclass(frozen=True)
+class _Run:
+    """What a confirmation run's training leaves: its validation curve, the chance rate, steps,
+    the data's description, the noise scale at the end, its memory and its worst case."""
+
+    curve: list[list[float]]
+    chance: float | None
+    steps: int
+    data: str
+    gns: NoiseScale | None
+    memory: RunMemory
+    worst: WorstCase | None
+
+
+def _val_acc(config: Config, model: torch.nn.Module, val: Any, device: torch.device, batch: int) -> float:
+    acc = evaluate(config, model, val, device, batch).get("val_acc")
+    if acc is None:
+        raise ValueError(f"a confirmation run reads val_acc: train.evaluate = {config.train.evaluate!r} returns none")
+    return acc
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float,
-           extra: dict[str, Any] | None, accumulation: int = 1) -> _Curve:
+           extra: dict[str, Any] | None, cap: MemoryCap, accumulation: int = 1) -> _Run:
     ds, loader, _ = load_data(config, params, Placement(), device, extra)
     samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
@@ -66,23 +96,41 @@ def _curve(config: Config, params: Params, device: torch.device, start: float,
                          f"confirm.train_samples or confirm.epochs")
     model, net = build_net(config, device, 1, extra)
     opt = make_optimizer(config, net.parameters(), params.lr)
-    stepper = Stepper(net, opt, cycle(loader), device, deadline, None, params.batch_size,
-                      Recipe.of(config, accumulation))
+    batches = Peekable(cycle(loader))
+    stepper = Stepper(net, opt, batches, device, deadline, None, params.batch_size, Recipe.of(config, accumulation))
+    watch = RunWatch(device, total, cap.bytes)
     curve: list[list[float]] = []
     train_s, done = 0.0, 0
     for at in eval_steps(total, config.confirm.evaluations):
-        t = time.perf_counter()
+        t, before = time.perf_counter(), done
         while done < at:
-            stepper.step()
             done += 1
+            watch.step(stepper, batches, done)
         stepper.check_loss()  # syncs the device, so the seconds are the steps'
-        train_s += time.perf_counter() - t
+        train_s += watch.train_seconds(time.perf_counter() - t, done - before)
         check_batchnorm(model)
-        acc = accuracy(model, ds.val, device, params.batch_size)
+        acc = _val_acc(config, model, ds.val, device, params.batch_size)
+        watch.keep(done)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
     # after the last validation and outside train_s, as in a trial: the curve never sees it
     gns = noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model), config.budget.gns_batches)
-    return curve, chance_rate(ds.val), done, ds.description, gns
+    worst = probe(config, stepper, model, ds, params.batch_size, cap.bytes)
+    memory = watch.result(worst.eval_bytes if worst is not None else None)
+    return _Run(curve, chance_rate(ds.val), done, ds.description, gns, memory, worst)
+
+
+def _memory_record(run: _Run, cap: MemoryCap) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(metrics, info) of a run's memory: its peak over every step and validation, the worst case
+    (its reserved peak on CUDA), the peaks per quarter, the memory kept along the run and its growth."""
+    m, w = run.memory, run.worst
+    worst = (max(x for x in (m.peak_bytes, m.reserved_bytes, w.peak_bytes, w.train_step_bytes) if x is not None)
+             if w is not None else None)
+    info = {"memory_cap_bytes": cap.bytes, "memory_cap": cap.note, "memory_limit_bytes": cap.limit_bytes,
+            "device_memory_bytes": cap.device_total_bytes, "other_gpu_mem_start_bytes": cap.others_bytes,
+            "peak_mem_method": m.method, "memory_quarters_bytes": m.quarters_bytes, "memory_kept_bytes": m.kept,
+            "memory_growth": m.growth.to_dict(), "peak_mem_worst_method": w.how if w is not None else None,
+            "worst_case_s": w.seconds if w is not None else None}
+    return {"peak_mem_bytes": m.peak_bytes, "peak_mem_worst_bytes": worst}, info
 
 
 def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
@@ -97,24 +145,25 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
 
     def work() -> TrialResult:
         with precision_flags(config.train.precision, device):
-            def attempt(accumulation: int) -> _Curve:
-                apply_memory_cap(config, device)
-                return _curve(config, p, device, start, extra, accumulation)
+            def attempt(accumulation: int) -> tuple[_Run, MemoryCap]:
+                cap = apply_memory_cap(config, device)
+                return _curve(config, p, device, start, extra, cap, accumulation), cap
 
-            (curve, chance, steps, data, est), accumulation = with_accumulation(config, p.batch_size, 1, device,
-                                                                                attempt)
-        samples, train_s, acc, loss = curve[-1]
+            (run, cap), accumulation = with_accumulation(config, p.batch_size, 1, device, attempt)
+        samples, train_s, acc, loss = run.curve[-1]
         sps = samples / train_s if train_s > 0 else None
         # the noise scale at the end of the longer run (confirm.search_noise_scale pools the short ones only)
-        gns, eff, gns_info = gns_figures(config, p, est, train_s)
+        gns, eff, gns_info = gns_figures(config, p, run.gns, train_s)
+        mem_metrics, mem_info = _memory_record(run, cap)
         metrics = Metrics(samples_per_s=sps, val_acc=acc, duration_s=time.perf_counter() - start,
-                          grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None)
-        info = base.with_(device=device_name(device, torch.get_num_threads()), data=data, curve=curve,
-                          chance_acc=chance, steps=steps, train_samples_done=int(samples), train_s=train_s,
+                          grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None,
+                          **mem_metrics)
+        info = base.with_(device=device_name(device, torch.get_num_threads()), data=run.data, curve=run.curve,
+                          chance_acc=run.chance, steps=run.steps, train_samples_done=int(samples), train_s=train_s,
                           final_loss=loss, world_size=1, per_worker_batch=p.batch_size,
                           precision=config.train.precision, optimizer=config.optimizer.name,
-                          accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation)
-                          ).with_(**gns_info)
+                          accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation),
+                          **mem_info).with_(**gns_info)
         return TrialResult(trial_id, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
 
     return boundary(p, trial_id, threads, start, base, work)

@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from tune_batch.trial.faults import NonFiniteError
+from tune_batch.workload.batches import loader
 
 
 def check_batchnorm(model: nn.Module) -> None:
@@ -24,7 +25,7 @@ def accuracy(model: nn.Module, val: Any, device: torch.device, batch: int) -> fl
     model.eval()
     correct = total = 0
     with torch.no_grad():
-        for x, y in DataLoader(val, batch_size=batch, shuffle=False):
+        for x, y in loader(val, batch, shuffle=False):
             pred = model(x.to(device)).argmax(dim=1)
             correct += int((pred.cpu() == y).sum())
             total += len(y)
@@ -45,7 +46,7 @@ def evaluate(config: Any, model: nn.Module, val: Any, device: torch.device, batc
     model.eval()
     try:
         with torch.no_grad():
-            out = fn(model, DataLoader(val, batch_size=batch, shuffle=False), device)
+            out = fn(model, loader(val, batch, shuffle=False), device)
     finally:
         model.train()
     if not isinstance(out, dict) or not out:

@@ -23,6 +23,7 @@ from tune_batch.measure.cpu import PeakRss
 from tune_batch.oom import MemoryCapExceeded
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout
 from tune_batch.workload import build_model
+from tune_batch.workload.batches import loader
 from tune_batch.workload.resolve import resolve_callable
 
 
@@ -248,7 +249,7 @@ def release_memory(device: torch.device) -> None:
 def prime(config: Config, train: Any, device: torch.device, extra: dict[str, Any] | None) -> None:
     """One throwaway step at batch 2 before the memory baseline, so that once-per-process
     costs (kernel caches, thread pools) are not counted as this batch size's memory."""
-    batch = next(iter(DataLoader(train, batch_size=2, shuffle=False)))
+    batch = next(iter(loader(train, 2, shuffle=False)))
     model = build_model(config.model, extra).to(device)
     model.train()
     opt = make_optimizer(config, model.parameters(), 0.0)

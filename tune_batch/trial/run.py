@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from torch.utils.data import DataLoader
 
 from tune_batch.config import Config
 from tune_batch.measure.cpu import PeakRss
@@ -43,6 +42,8 @@ from tune_batch.trial.setup import (
     trace_dir_of,
 )
 from tune_batch.trial.window import Window, profile_steps, timed_window, warm_up
+from tune_batch.trial.worst import WorstCase, probe
+from tune_batch.workload import batches
 
 T = TypeVar("T")
 
@@ -66,6 +67,7 @@ class _Trained:
     accumulation: int = 1
     first_step_s: float | None = None
     flops_batch: Any = None  # two real samples, to count the FLOPs of a user's train.step
+    worst: WorstCase | None = None  # the largest batch and a validation batch (data.worst_case)
 
 
 def _peak(window: Window, step_peak: int | None, mem: PeakRss | None) -> tuple[float, str | None]:
@@ -107,20 +109,23 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
         gns = (noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model),
                            config.budget.gns_batches)
                if validate and placement.rank == 0 else None)
+        worst = probe(config, stepper, model, ds, batch, cap.bytes)  # last: the model it steps is measured no more
     return _Trained(window, peak, method, val_acc, scores, chance, final_loss, short, prof_s, gns, ds.description,
                     _sample_shape(ds.train[0]), accumulation, stepper.first_step_s,
-                    next(iter(DataLoader(ds.train, batch_size=2))) if config.train.step else None)
+                    next(iter(batches.loader(ds.train, 2))) if config.train.step else None, worst)
 
 
-def _combine(t: _Trained, util: float | None, world: int) -> tuple[float, float, float, float | None, int]:
-    """The group's figures: the slowest rank's window, the largest peak, the mean wait and
-    utilization, the sum of short batches (a worker alone: its own)."""
+def _combine(t: _Trained, util: float | None, world: int) -> tuple[float, float, float, float | None, int, float | None]:
+    """The group's figures: the slowest rank's window, the largest peak (and worst case), the mean
+    wait and utilization, the sum of short batches (a worker alone: its own)."""
     w = t.window
-    window_s, peak, wait_s = collective.all_reduce([w.seconds, t.peak_bytes, w.wait_s], ["max", "max", "mean"], world)
+    worst = max(t.peak_bytes, t.worst.peak_bytes) if t.worst is not None else -1.0
+    window_s, peak, wait_s, worst = collective.all_reduce([w.seconds, t.peak_bytes, w.wait_s, worst],
+                                                          ["max", "max", "mean", "max"], world)
     short = int(collective.all_reduce([float(t.short_batches)], ["sum"], world)[0])
     if util is not None:
         util = collective.all_reduce([float(util)], ["mean"], world)[0]
-    return window_s, peak, wait_s, util, short
+    return window_s, peak, wait_s, util, short, (worst if worst >= 0 else None)
 
 
 def _utilization(t: _Trained, device: torch.device) -> tuple[float | None, dict[str, Any]]:
@@ -161,7 +166,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     """The ``ok`` record of a worker's training, with the group's combined figures."""
     world = placement.world
     util, telemetry = _utilization(t, device)
-    window_s, peak, wait_s, util, short = _combine(t, util, world)
+    window_s, peak, wait_s, util, short, worst = _combine(t, util, world)
     steps = t.window.steps
     samples = steps * params.batch_size
     sps, step_s = samples / window_s, window_s / steps
@@ -173,7 +178,8 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
     gns, eff, gns_info = gns_figures(config, params, t.gns, step_s * plan.total)
     metrics = Metrics(grad_noise_scale=gns, goodput=sps * eff if eff is not None else None, samples_per_s=sps, samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
-                      model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, data_wait_frac=wait_frac,
+                      model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, peak_mem_worst_bytes=worst,
+                      data_wait_frac=wait_frac,
                       timed_s=window_s, step_time_s=step_s,
                       energy_j_per_sample=energy / samples if energy is not None else None,
                       duration_s=time.perf_counter() - start, other=dict(t.scores))
@@ -187,7 +193,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
         steps=plan.total, warmup_steps=plan.warmup, timed_steps=steps, timed_samples=samples,
         profiled_steps=plan.profiled, train_samples_done=plan.total * params.batch_size,
         window_extension_steps=t.window.extension_steps or None, short_batches=short, final_loss=t.final_loss,
-        memory_cap_bytes=cap.bytes, memory_cap=cap.note, peak_mem_method=t.peak_method,
+        memory_cap_bytes=cap.bytes, memory_cap=cap.note, peak_mem_method=t.peak_method, **memory_info(t, cap),
         trace_dir=str(trace_dir) if t.profile_step_s is not None else None, profile_step_s=t.profile_step_s,
         profile_active_steps=config.profile.active * config.profile.repeat if t.profile_step_s is not None else None,
         profiler_overhead=t.profile_step_s / step_s - 1.0 if t.profile_step_s is not None else None,
@@ -199,6 +205,16 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
         micro_batch_size=-(-(params.batch_size // world) // t.accumulation),
     ).with_(**telemetry, **gns_info)
     return TrialResult(None, params, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
+
+
+def memory_info(t: _Trained, cap: MemoryCap) -> dict[str, Any]:
+    """The record's memory limit, the device's memory and others' on it, and the worst case's readings."""
+    w = t.worst
+    return {"memory_limit_bytes": cap.limit_bytes, "device_memory_bytes": cap.device_total_bytes,
+            "other_gpu_mem_start_bytes": cap.others_bytes, "peak_mem_reserved_bytes": t.window.cuda_reserved_bytes,
+            "peak_mem_worst_method": w.how if w is not None else None,
+            "peak_mem_worst_allocated_bytes": int(w.allocated_bytes) if w and w.allocated_bytes is not None else None,
+            "worst_case_s": w.seconds if w is not None else None}
 
 
 def _sample_shape(sample: Any) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ from tune_batch.config import Config
 from tune_batch.oom import cap_bytes
 from tune_batch.records import Params
 from tune_batch.workload import Datasets, build_datasets, build_model
+from tune_batch.workload.batches import collate_of
 
 
 @dataclass(frozen=True)
@@ -69,25 +70,37 @@ def device_name(device: torch.device, threads: int) -> str:
 
 @dataclass(frozen=True)
 class MemoryCap:
-    """The per-device cap in bytes (None: uncapped) and, when it cannot be enforced, why."""
+    """The per-device cap in bytes (None: uncapped) and, when it cannot be enforced, why; the
+    memory limit a trial runs under (the cap, or on CUDA the device less other processes' memory
+    at the start, whichever is smaller; None: unknown) and what it was taken from."""
 
     bytes: int | None
     note: str | None
+    limit_bytes: int | None = None
+    device_total_bytes: int | None = None
+    others_bytes: int | None = None  # CUDA: other processes' memory on the device at the start (NVML)
+    others_note: str | None = None
 
 
 def apply_memory_cap(config: Config, device: torch.device) -> MemoryCap:
     """The cap of ``resources.device_memory`` on ``device``; on CUDA the allocator is limited to
-    it (undone by the trial's clean-up) and the peak statistics are reset."""
+    it and to the memory other processes leave (undone by the trial's clean-up), and the peak
+    statistics are reset."""
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     cap = cap_bytes(config.resources.device_memory, total)
     note = None
     if config.resources.device_memory is not None and cap is None:
         note = "a fractional cap needs a device with known total memory: not enforced on CPU"
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        if cap is not None and total:
-            torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total), device)
-    return MemoryCap(cap, note)
+    if device.type != "cuda" or not total:
+        return MemoryCap(cap, note, cap)
+    from tune_batch.measure.tenants import others_bytes, usable_bytes
+
+    others, why = others_bytes(device.index or 0)
+    limit = usable_bytes(total, cap, others)
+    torch.cuda.reset_peak_memory_stats(device)
+    if limit < total:
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit / total), device)
+    return MemoryCap(cap, note, limit, total, others, why)
 
 
 def load_data(config: Config, params: Params, placement: Placement, device: torch.device,
@@ -109,7 +122,7 @@ def load_data(config: Config, params: Params, placement: Placement, device: torc
                                      seed=seed, drop_last=True)
     nw = config.data.num_workers
     loader = DataLoader(ds.train, batch_size=batch, shuffle=sampler is None, sampler=sampler, drop_last=True,
-                        num_workers=nw, pin_memory=device.type == "cuda",
+                        num_workers=nw, pin_memory=device.type == "cuda", collate_fn=collate_of(ds.train),
                         generator=torch.Generator().manual_seed(seed) if sampler is None else None,
                         persistent_workers=nw > 0)
     return ds, loader, sampler

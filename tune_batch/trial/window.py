@@ -51,6 +51,7 @@ class Window:
     gpu: Any  # measure.nvml.GpuWindow, or None
     gpu_note: str | None
     blocks: tuple[tuple[int, float], ...] = ()  # (steps, seconds) of each timed block: the scatter
+    cuda_reserved_bytes: int | None = None  # the allocator's reserved peak over the budget's own steps
 
 
 BLOCKS = 8  # timed blocks per window, synchronised at their edges (the per-block scatter is the noise)
@@ -151,6 +152,7 @@ def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config,
         blocks = _timed_blocks(stepper, steps, world)
         window_s = time.perf_counter() - t0
         cuda_peak = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+        cuda_reserved = int(torch.cuda.max_memory_reserved(device)) if device.type == "cuda" else None
         if min_s > 0 and group_max(window_s, world) < min_s:
             stepper.check_loss()
             budget_loss = stepper.last_loss
@@ -171,7 +173,7 @@ def timed_window(stepper: Stepper, model: nn.Module, steps: int, config: Config,
         if stepper.scaler is not None and counters[1] is not None:
             stepper.scaler.load_state_dict(counters[1])
     return Window(window_s, steps + extra, extra, wait_s, cuda_peak, cpu_window,
-                  getattr(sampler, "window", None), gpu_note, tuple(blocks))
+                  getattr(sampler, "window", None), gpu_note, tuple(blocks), cuda_reserved)
 
 
 def profile_steps(stepper: Stepper, config: Config, trace_dir: Path) -> float:
