@@ -200,3 +200,14 @@ class _Leaky(nn.Module):
 
 def leaky(num_classes: int = 10, kib_per_step: int = 64) -> nn.Module:
     return _Leaky(num_classes, kib_per_step)
+
+
+def larger_images(batch_size: int, dataset: object, side: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
+    """``data.worst_case``: a batch of larger images than the data set's (a detection set's largest)."""
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(batch_size, 3, side, side, generator=g), torch.zeros(batch_size, dtype=torch.long)
+
+
+def one_image_short(batch_size: int, dataset: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """A wrong ``data.worst_case``: one sample fewer than the batch."""
+    return larger_images(batch_size - 1, dataset, side=16)

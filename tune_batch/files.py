@@ -33,7 +33,7 @@ def best_config_yaml(report: Report) -> str | None:
         f"# batch_size={p.batch_size} lr={p.lr:.6g} num_gpus={p.num_gpus}",
         "# measured: " + ", ".join(f"{k}={v:.4g}" for k, v in measured if v is not None),
         "# " + room.line(),
-        "# memory: " + yaml.safe_dump(room.to_dict(), default_flow_style=True, width=10**6).strip(),
+        "# memory_safety: " + yaml.safe_dump(room.to_dict(), default_flow_style=True, width=10**6).strip(),
         "# the space below is that single point; 'tune-batch search' on this file re-measures it",
     ]
     return "\n".join(head) + "\n" + dump_config(best)

@@ -6,13 +6,15 @@ CUDA: the allocator's peak statistics, reset at each quarter's start (allocated,
 which the cap applies to); memory kept is ``memory_allocated`` between steps. CPU: no allocator
 keeps a peak, so steps run under torch's memory profiler (tensor bytes, the window's measure):
 the first of each quarter (the run's first optimizer step among them) and every step whose batch
-holds more elements than any profiled before (a longer sequence); memory kept is the bytes of the
-tensors Python can reach (``measure.memory.live_tensor_bytes``), and its growth since the run's
-first reading is added to the profiled peaks (tensors no later step touches, e.g. a leak, are
-invisible to the profiler). The process's resident memory would not do: every profiled step
-leaves some 0.1-0.2 MiB of it behind (measured), a growth of the watch's own making. Time spent
-measuring is taken out of the run's training seconds: a profiled step counts as the interval's
-mean unprofiled step.
+holds more elements than any profiled before (a longer sequence). A profiled step's batch is
+drawn before the profiler starts (its size decides whether to profile), so the in-memory data set
+it is cut from is not counted, as a GPU would not hold it (a trial's window, drawn inside, counts
+it). Memory kept is the bytes of the tensors Python can reach
+(``measure.memory.live_tensor_bytes``); its growth since the run's first reading is added to the
+profiled peaks (tensors no later step touches, e.g. a leak, are invisible to the profiler). The
+process's resident memory would not do: every profiled step leaves some 0.1-0.2 MiB of it behind
+(measured), a growth of the watch's own making. Time spent measuring is taken out of the run's
+training seconds: a profiled step counts as the interval's mean unprofiled step.
 """
 
 from __future__ import annotations
