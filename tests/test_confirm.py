@@ -215,6 +215,11 @@ def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path:
     assert all(math.isfinite(r["metrics"]["grad_noise_scale"]) and math.isfinite(r["metrics"]["goodput"])
                for r in every if r["status"] == "ok"), [r["metrics"].get("grad_noise_scale") for r in every]
     assert all(r["info"]["train_s"] < r["duration_s"] and r["info"]["gns_s"] > 0 for r in runs)
+    # every ok record, confirmation runs too, has its peak memory; a confirmation run its quarters and growth
+    assert all(r["metrics"]["peak_mem_bytes"] > 0 for r in every if r["status"] == "ok")
+    assert all(len(r["info"]["memory_quarters_bytes"]) == 4 and not r["info"]["memory_growth"]["flagged"]
+               for r in runs)
+    assert pareto["recommended"]["peak_mem_worst_bytes"] > 0 and "memory_margin" in pareto["recommended"]
     # again on the same directory: nothing left to run, nothing rerun
     search(cfg, tmp_path / "run", quiet=True)
     assert len((tmp_path / "run" / "trials.jsonl").read_text().splitlines()) == len(lines)

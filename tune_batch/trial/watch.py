@@ -6,7 +6,7 @@ CUDA: the allocator's peak statistics, reset at each quarter's start (allocated,
 which the cap applies to); memory kept is ``memory_allocated`` between steps. CPU: no allocator
 keeps a peak, so steps run under torch's memory profiler (tensor bytes, the window's measure):
 the first of each quarter (the run's first optimizer step among them) and every step whose batch
-holds more elements than any profiled before (a longer sequence). A profiled step's batch is
+holds more elements than any profiled before in its quarter (a longer sequence). A profiled step's batch is
 drawn before the profiler starts (its size decides whether to profile), so the in-memory data set
 it is cut from is not counted, as a GPU would not hold it (a trial's window, drawn inside, counts
 it). Memory kept is the bytes of the tensors Python can reach
@@ -83,7 +83,7 @@ class RunWatch:
         self.reserved: list[float | None] = [None] * 4
         self.kept: list[list[float]] = []
         self._profiled: list[float | None] = [None] * 4  # CPU: the largest profiled step of each quarter
-        self._largest = -1  # CPU: elements of the largest batch profiled so far
+        self._largest = [-1] * 4  # CPU: elements of the largest batch profiled in each quarter
         self.profiled_steps = 0
         # this interval's measuring: (seconds outside any step, profiled steps, their seconds)
         self._extra_s, self._n_prof, self._prof_s = 0.0, 0, 0.0
@@ -107,12 +107,12 @@ class RunWatch:
                 self.keep(step, inside=True)
             return
         n = numel(batches.peek())
-        if self._first_of_quarter(step) or n > self._largest:
+        if self._first_of_quarter(step) or n > self._largest[q]:
             t = time.perf_counter()
             peak = step_peak_bytes(stepper.step) + self._kept_growth()
             self._n_prof, self._prof_s = self._n_prof + 1, self._prof_s + time.perf_counter() - t
             self.profiled_steps += 1
-            self._largest = max(self._largest, n)
+            self._largest[q] = max(self._largest[q], n)
             self._profiled[q] = max(self._profiled[q] or 0.0, peak)
             if self.cap is not None and peak > self.cap:
                 raise MemoryCapExceeded(peak, self.cap, f"at step {step} of {self.total} of a confirmation run "
@@ -162,6 +162,6 @@ class RunWatch:
         method = ("torch.cuda max_memory_allocated / max_memory_reserved per quarter; kept: memory_allocated"
                   if self.cuda else
                   f"torch memory profiler on {self.profiled_steps} step(s) (each quarter's first, and every batch "
-                  f"larger than those before) plus the growth of the tensor memory kept between steps")
+                  f"larger than those before in its quarter) plus the growth of the tensor memory kept between steps")
         return RunMemory(peak, [float(q) for q in quarters], self.kept, g, max(reserved) if reserved else None,
                          method, self.profiled_steps)
