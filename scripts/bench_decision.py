@@ -86,7 +86,7 @@ def _full_config(cfg, length: int, evaluations: int):
 
 def full_run(cfg, params: dict, seed: int = 0) -> dict:
     """Train ``params`` in full (the confirmation run at the table's length); its record."""
-    from tune_batch.repeats import seeded
+    from tune_batch.decide.repeats import seeded
     from tune_batch.trial.curve import confirm_run
 
     r = confirm_run(seeded(cfg, seed), params, trial_id="full")
@@ -126,7 +126,7 @@ def measure(args: argparse.Namespace) -> None:
 
 def _search(config_path: Path, seed: int, out: Path):
     from tune_batch.config import load_config
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     cfg = load_config(config_path, [f"search.seed={seed}"])
     defaults = type(cfg)()  # the shipped defaults of what the benchmark judges
@@ -146,8 +146,8 @@ def _stored_search(out: Path):
     fresh runs of a stored search can be repeated only this way."""
     from types import SimpleNamespace
 
-    from tune_batch.decision import decide
-    from tune_batch.results import RunDir
+    from tune_batch.decide.recommend import decide
+    from tune_batch.store.rundir import RunDir
 
     if not (out / "pareto.json").exists():
         raise SystemExit(f"--reuse: no stored search at {out} (keep one with --keep)")
@@ -158,13 +158,13 @@ def _stored_search(out: Path):
 
 
 def _raw_keys(path: Path) -> set[str]:
-    from tune_batch.yamlio import read_yaml
+    from tune_batch.config.yamlio import read_yaml
 
     return set(read_yaml(path))
 
 
 def _records(run: Path):
-    from tune_batch.records import TrialResult
+    from tune_batch.store.records import TrialResult
 
     return [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()]
 
@@ -292,8 +292,8 @@ def gns_overhead(pairs: int) -> tuple[float, float, float, float | None]:
     scale estimated (budget.gns_batches default) and without (0). Returns (median step-time ratio
     - 1, its spread as the half range of the ratios, median share of a trial's training seconds
     the estimate took, outside the window, 95 % half-width of the mean ratio over the pairs)."""
+    from tune_batch.analysis.noise import mean_ci
     from tune_batch.config import load_config
-    from tune_batch.noise import mean_ci
     from tune_batch.trial import run_trial
 
     on = load_config(REPO / "configs" / "quickstart.yaml")

@@ -48,8 +48,8 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tune_batch.config import Config, load_config, parse_memory  # noqa: E402
-from tune_batch.max_batch import MaxBatchResult, Probe, max_batch, probe_trial  # noqa: E402
 from tune_batch.measure.memory import step_peak_bytes  # noqa: E402
+from tune_batch.pipeline.max_batch import MaxBatchResult, Probe, max_batch, probe_trial  # noqa: E402
 from tune_batch.trial import run_trial  # noqa: E402
 from tune_batch.trial.loop import make_optimizer  # noqa: E402
 from tune_batch.workload import build_datasets, build_model  # noqa: E402

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tune_batch.config import load_config, parse_memory  # noqa: E402
-from tune_batch.max_batch import probe_trial  # noqa: E402
-from tune_batch.runner import search  # noqa: E402
+from tune_batch.pipeline.max_batch import probe_trial  # noqa: E402
+from tune_batch.pipeline.search import search  # noqa: E402
 
 
 def waste(records: list) -> tuple[float, dict[str, int], float]:

@@ -40,7 +40,7 @@ hv_frac      hypervolume of the configs a search found / the full grid's, each c
              depend on it; the script checks that on each grid, "samples/s vs learning rate").
              Objectives scaled to [0, 1] by the full grid's feasible ranges; reference point -0.1.
              This is also what a search reports: its front pools samples/s over every run of the
-             same step (tune_batch.points). A found set is part of the grid: never above 1.
+             same step (tune_batch.analysis.points). A found set is part of the grid: never above 1.
 hv_frac single reading
              the same ratio with each point's own median of 3 as its samples/s and the search's
              seed's val_acc, in the found set and that seed's grid alike (the headline until
@@ -265,7 +265,7 @@ class Replay:
         """(the record as it would have come out under the cap, trial-seconds it cost): seed
         ``landscape``'s run where the table has one per seed (its step-work metrics the point's
         median over every seed's run), else the point's median record."""
-        from tune_batch.records import Metrics, Status, TrialResult
+        from tune_batch.store.records import Metrics, Status, TrialResult
 
         point = self.by_point[(b, self.snap(lr))]
         if landscape is not None and self.landscapes > 1:
@@ -292,7 +292,7 @@ class Replay:
     def truth_of(self, rec):
         """``rec`` (a found record) at its config's truth: feasible only if it is feasible there,
         val_acc its mean over seeds."""
-        from tune_batch.records import Metrics, Status
+        from tune_batch.store.records import Metrics, Status
 
         ok, acc = self.truth[(rec.params.batch_size, self.snap(rec.params.lr))]
         if not ok:
@@ -366,7 +366,7 @@ def pooled_hypervolume(rp: Replay, records: list, metrics: list[str], directions
     their batch size's pooled median, val_acc (and feasibility) the mean over the table's seeds
     (``Replay.truth_of``); the score of what a search found (a search still sees, and decides
     on, the single noisy reading of each point, one seed's)."""
-    from tune_batch.pareto import front_hypervolume
+    from tune_batch.analysis.pareto import front_hypervolume
 
     pooled = [r.replace(metrics=r.metrics.with_(samples_per_s=rp.sps_pooled[r.params.batch_size]))
               if r.feasible and r.params.batch_size in rp.sps_pooled else r for r in records]
@@ -380,10 +380,10 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     runner that looks results up instead of training."""
     import optuna
 
-    from tune_batch.backends.optuna import Objective, optimize
-    from tune_batch.pareto import front_hypervolume
-    from tune_batch.policy import Policy
-    from tune_batch.samplers import make_sampler, probe_rule
+    from tune_batch.analysis.pareto import front_hypervolume
+    from tune_batch.backends.local import Objective, optimize
+    from tune_batch.study.admission import Policy
+    from tune_batch.study.samplers import make_sampler, probe_rule
 
     resources = rp.config.resources.model_copy(update={"device_memory": int(rp.cap) if rp.cap else None,
                                                        "feasibility_model": feasibility})
@@ -394,7 +394,7 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     if sampler_name == "grid":
         sampler = optuna.samplers.GridSampler({"batch_size": cfg.space.batch_choices(), "lr": rp.lrs, "num_gpus": [1]}, seed=seed)
     elif sampler_name == "gp-optuna-startup":  # gp as it shipped until 2026-12-01: free skips
-        from tune_batch.samplers import startup_trials  # counted towards its random start
+        from tune_batch.study.samplers import startup_trials  # counted towards its random start
 
         sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup_trials(n_trials))
     elif sampler_name.endswith("-noprobe"):  # gp / tpe as they shipped before ScaledProbe (2026-12-01)
@@ -403,7 +403,7 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
         sampler = make_sampler(sampler_name, seed, n_trials, probe_rule(cfg))
     study = optuna.create_study(directions=cfg.directions, sampler=sampler)
     if seeded:  # exactly as a search seeds itself: at most a third of its budget (search.seed_ladder)
-        from tune_batch.space import seed_points
+        from tune_batch.study.space import seed_points
 
         shipped = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"trials": n_trials}),
                                          "search": cfg.search.model_copy(update={"seed_ladder": True})})
@@ -478,7 +478,7 @@ def caps_of(table: dict) -> list[tuple[str, float | None]]:
 def _grid_setup(table: dict, cap: float | None, objectives: list[str]) -> tuple[Replay, list, list, float, float]:
     """(replay, objective bounds (the truth's feasible ranges), the full grid's hypervolume in
     each landscape's single readings, the grid's trial-seconds, its hypervolume at the truth)."""
-    from tune_batch.pareto import front_hypervolume
+    from tune_batch.analysis.pareto import front_hypervolume
 
     rp = Replay(table, cap, objectives)
     cfg = rp.config

@@ -55,7 +55,7 @@ def _side_by_side(configs: list[tuple], rounds: int, objectives: list[str], meas
     """Each config measured ``rounds`` times, interleaved (round k: every config once);
     ``measure(k, batch_size, lr)`` gives (status, {objective: value} or None for a run that does
     not count). Per config, each objective's mean and 95 % half-width (inf when a run read inf)."""
-    from tune_batch.noise import mean_ci
+    from tune_batch.analysis.noise import mean_ci
 
     runs: dict[tuple, list[dict]] = {c: [] for c in configs}
     for k in range(rounds):
@@ -85,8 +85,8 @@ def remeasure(config_path: str, recs: dict, rounds: int) -> dict:
     import statistics
 
     from tune_batch.config import load_config
-    from tune_batch.confirm import first_reach
-    from tune_batch.repeats import seeded
+    from tune_batch.decide.confirm import first_reach
+    from tune_batch.decide.repeats import seeded
     from tune_batch.trial import run_trial
     from tune_batch.trial.curve import confirm_run
 

@@ -59,8 +59,8 @@ def main() -> None:
     import torch
 
     from tune_batch.config import load_config
-    from tune_batch.confirm import first_reach
-    from tune_batch.repeats import seeded
+    from tune_batch.decide.confirm import first_reach
+    from tune_batch.decide.repeats import seeded
     from tune_batch.trial.curve import confirm_run, confirm_samples
 
     torch.set_num_threads(2)

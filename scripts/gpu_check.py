@@ -48,7 +48,7 @@ def main() -> int:
         print(json.dumps({"ok": False, "error": "no CUDA device: run this on a GPU machine"}))
         return 2
     from tune_batch.config import config_from_dict
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
     from tune_batch.trial import run_trial
 
     out: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "checks": {}}

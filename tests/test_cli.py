@@ -188,7 +188,7 @@ def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys:
 
 def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
     from tune_batch.cli import _overhead, _trace_flag
-    from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+    from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 
     def rec(over: float, trace_dir: Path) -> TrialResult:
         return TrialResult("probe", Params(64, 0.04, 1), Status.OK, None, Metrics(samples_per_s=1000.0, samples_per_s_ci=30.0),

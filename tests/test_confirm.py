@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.confirm import first_reach, kendall_tau, search_noise_scale
-from tune_batch.decision import confirm_candidates, decide
-from tune_batch.pareto import parse_prefer
-from tune_batch.records import Status, TrialResult
-from tune_batch.repeats import candidates
-from tune_batch.report import render_summary
-from tune_batch.runner import search
+from tune_batch.analysis.pareto import parse_prefer
+from tune_batch.analysis.report import render_summary
+from tune_batch.decide.confirm import first_reach, kendall_tau, search_noise_scale
+from tune_batch.decide.recommend import confirm_candidates, decide
+from tune_batch.decide.repeats import candidates
+from tune_batch.pipeline.search import search
+from tune_batch.store.records import Status, TrialResult
 from tune_batch.trial.curve import confirm_run, eval_steps
 
 
@@ -154,7 +154,7 @@ def test_the_prediction_pools_the_searchs_noise_scale() -> None:
 
 
 def test_a_prediction_from_a_disturbed_throughput_says_so() -> None:
-    from tune_batch.confirm import predictions
+    from tune_batch.decide.confirm import predictions
 
     cfg = tiny_config(objectives=OBJ)
     gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
@@ -287,9 +287,9 @@ def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower
 
 
 def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained() -> None:
-    from tune_batch.files import pareto_payload
-    from tune_batch.frames import to_frame
-    from tune_batch.report import render_table
+    from tune_batch.analysis.report import render_table
+    from tune_batch.output.files import pareto_payload
+    from tune_batch.output.frames import to_frame
 
     cfg = tiny_config(objectives=OBJ)
     # at the short budget batch 16 is the more accurate by less than the noise and half as fast

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO, tiny_config
 from tune_batch.backends.ray import plan_resources
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -15,8 +15,8 @@ import pytest
 
 import tune_batch
 from tests.conftest import tiny_config
-from tune_batch.records import Metrics, Status, TrialResult
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
+from tune_batch.store.records import Metrics, Status, TrialResult
 
 
 def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_path: Path) -> None:
@@ -109,8 +109,8 @@ def _looked_up(config, params, trial_id=None, **_):  # a trial's result looked u
 @pytest.mark.skipif(CHROMIUM is None or DASHBOARD is None,
                     reason="needs chromium and optuna-dashboard (pip install optuna-dashboard)")
 def test_optuna_dashboard_names_the_objectives_and_sees_the_constraints(tmp_path: Path) -> None:
-    from tune_batch import study as seam
     from tune_batch.optuna import Objective
+    from tune_batch.study import seam as seam
 
     cfg = tiny_config(space={"batch_size": [16, 32, 64]})  # the three default objectives
     storage = f"sqlite:///{tmp_path / 'study.db'}"

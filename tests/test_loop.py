@@ -15,8 +15,8 @@ from torch import nn
 from tests.conftest import tiny_config
 from tune_batch.config import load_config
 from tune_batch.errors import ConfigError
-from tune_batch.records import Status
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
+from tune_batch.store.records import Status
 from tune_batch.trial import run_trial
 from tune_batch.trial.loop import Recipe, Stepper, batch_len, make_optimizer, split_batch
 
@@ -125,7 +125,7 @@ def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> No
 
 
 def test_the_ladder_scales_the_lr_by_the_optimizer_family() -> None:
-    from tune_batch.space import seed_points
+    from tune_batch.study.space import seed_points
 
     sgd = tiny_config(search={"seed_ladder": True}, budget={"trials": 9})
     adam = tiny_config(search={"seed_ladder": True}, budget={"trials": 9}, optimizer={"name": "adam"})

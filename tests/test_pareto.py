@@ -4,8 +4,8 @@ import optuna
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tune_batch.pareto import dominates, front, knee, non_dominated
-from tune_batch.records import TrialResult
+from tune_batch.analysis.pareto import dominates, front, knee, non_dominated
+from tune_batch.store.records import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import tiny_config
 from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 
 def _dead_pid() -> int:
@@ -73,7 +73,7 @@ def test_device_util_without_nvml_is_refused_before_anything_runs(monkeypatch) -
 
     from tune_batch.errors import ConfigError, DeviceMonitorError
     from tune_batch.measure import nvml
-    from tune_batch.runner import check_device_util
+    from tune_batch.pipeline.search import check_device_util
 
     def broken(indices):
         raise DeviceMonitorError("NVML could not open the trial's GPUs [0]: Driver Not Loaded")
@@ -88,9 +88,9 @@ def test_device_util_without_nvml_is_refused_before_anything_runs(monkeypatch) -
 
 
 def test_an_ok_trial_missing_an_objective_is_not_told_as_a_bad_point() -> None:
-    from tune_batch import study as seam
-    from tune_batch.records import TrialResult
-    from tune_batch.report import build_report
+    from tune_batch.analysis.report import build_report
+    from tune_batch.store.records import TrialResult
+    from tune_batch.study import seam as seam
 
     cfg = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "device_util"}])
     rec = TrialResult.from_record({"trial_id": 0, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1},
@@ -134,7 +134,7 @@ def _listeners(pids: set[int]) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("backend", ["optuna", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.slow])])
 def test_a_record_that_cannot_be_written_stops_the_search_and_is_kept(tmp_path: Path, backend: str) -> None:
     from tune_batch.errors import RecordNotWritten
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     run = tmp_path / "run"
     cfg = tiny_config(model={"name": "tests.workloads:swaps_records_away", "kwargs": {"run_dir": str(run)}},

@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 from optuna._hypervolume import compute_hypervolume
 
 from tests.conftest import tiny_config
+from tune_batch.analysis.pareto import REFERENCE, hypervolume, parse_prefer, recommend
+from tune_batch.analysis.report import build_report
 from tune_batch.cli import main
 from tune_batch.config import load_config
 from tune_batch.errors import UserError
-from tune_batch.files import write_files
-from tune_batch.pareto import REFERENCE, hypervolume, parse_prefer, recommend
-from tune_batch.records import TrialResult
-from tune_batch.report import build_report
-from tune_batch.report_html import figure_data
+from tune_batch.output.files import write_files
+from tune_batch.output.html import figure_data
+from tune_batch.store.records import TrialResult
 
 
 @settings(max_examples=80, deadline=None)
@@ -81,7 +81,7 @@ def test_best_yaml_is_a_valid_config_of_the_recommended_point(tmp_path: Path, ca
 
 
 def test_report_rebuilds_the_same_pareto_from_trials_and_config_alone(tmp_path: Path) -> None:
-    from tune_batch.results import RunDir
+    from tune_batch.store.rundir import RunDir
 
     run = RunDir(tmp_path / "run")
     run.prepare(tiny_config())
@@ -150,8 +150,8 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
 
 
 def test_summary_says_which_skips_used_no_trial() -> None:
-    from tune_batch.records import Metrics, Params, Status, TrialInfo
-    from tune_batch.report import render_summary
+    from tune_batch.analysis.report import render_summary
+    from tune_batch.store.records import Metrics, Params, Status, TrialInfo
 
     cfg = tiny_config()
     p = Params.of({"batch_size": 16, "lr": 0.01, "num_gpus": 1})

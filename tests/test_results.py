@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
+from tune_batch.analysis.report import build_report
 from tune_batch.errors import RunDirError
-from tune_batch.files import write_files
-from tune_batch.frames import to_frame
-from tune_batch.records import Status, TrialResult
-from tune_batch.report import build_report
-from tune_batch.results import RunDir, load_records
+from tune_batch.output.files import write_files
+from tune_batch.output.frames import to_frame
+from tune_batch.store.records import Status, TrialResult
+from tune_batch.store.rundir import RunDir, load_records
 
 
 def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5, b: int = 16) -> TrialResult:
@@ -102,7 +102,7 @@ def test_one_writer_per_run_directory(tmp_path: Path) -> None:
 
     run = tmp_path / "r"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); from tune_batch.results import RunDir\n"
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from tune_batch.store.rundir import RunDir\n"
         "with RunDir(sys.argv[2]).lock():\n    print('held', flush=True); time.sleep(60)"),
         str(Path(__file__).resolve().parents[1]), str(run)], stdout=subprocess.PIPE, text=True)
     try:

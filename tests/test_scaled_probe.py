@@ -10,9 +10,9 @@ import optuna
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.backends.optuna import Objective, optimize
-from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
-from tune_batch.samplers import ScaledProbe, make_sampler, probe_rule, startup_trials
+from tune_batch.backends.local import Objective, optimize
+from tune_batch.store.records import Metrics, Status, TrialInfo, TrialResult
+from tune_batch.study.samplers import ScaledProbe, make_sampler, probe_rule, startup_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

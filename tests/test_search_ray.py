@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, tiny_config
 from tests.test_reliability import _listeners, _tree
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

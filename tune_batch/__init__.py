@@ -16,8 +16,8 @@ __all__ = ["Config", "ConfigError", "TuneBatchError", "UserError", "load_config"
            "__version__"]
 
 if TYPE_CHECKING:
-    from tune_batch.frames import load_run
-    from tune_batch.runner import search
+    from tune_batch.output.frames import load_run
+    from tune_batch.pipeline.search import search
     from tune_batch.trial import run_trial
 
 
@@ -28,11 +28,11 @@ def __getattr__(name: str) -> Any:
 
         return run_trial
     if name == "load_run":
-        from tune_batch.frames import load_run
+        from tune_batch.output.frames import load_run
 
         return load_run
     if name == "search":
-        from tune_batch.runner import search
+        from tune_batch.pipeline.search import search
 
         return search
     raise AttributeError(f"module 'tune_batch' has no attribute {name!r}")

@@ -9,7 +9,7 @@ import sys
 import traceback
 
 from tune_batch.errors import SearchInterrupted, UserError
-from tune_batch.records import Status, TrialResult
+from tune_batch.store.records import Status, TrialResult
 
 EXIT_USER = 2
 
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
-    from tune_batch.runner import preflight
+    from tune_batch.pipeline.search import preflight
 
     cfg = load_config(args.config, args.overrides)
     preflight(cfg)  # the checks a search makes before it writes anything: model, data, batch sizes
@@ -90,9 +90,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
+    from tune_batch.analysis.pareto import parse_prefer
     from tune_batch.config import load_config
-    from tune_batch.pareto import parse_prefer
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     trackers = [f"search.log_to=[{','.join(dict.fromkeys(args.log_to))}]"] if args.log_to else []
     cfg = load_config(args.config, [*args.overrides, *trackers])
@@ -104,7 +104,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 def _cmd_max_batch(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
-    from tune_batch.max_batch import max_batch, render
+    from tune_batch.pipeline.max_batch import max_batch, render
 
     cfg = load_config(args.config, args.overrides)
     if args.num_gpus < 1 or args.num_gpus > 1:
@@ -118,10 +118,10 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     import time
 
     from tune_batch.config import load_config
-    from tune_batch.results import RunDir
-    from tune_batch.runner import preflight
+    from tune_batch.config.yamlio import overridden
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.store.rundir import RunDir
     from tune_batch.trial import run_trial
-    from tune_batch.yamlio import overridden
 
     cfg = load_config(args.config, args.overrides)
     if args.batch_size < 1 or not (math.isfinite(args.lr) and args.lr > 0) or args.num_gpus < 1:
@@ -251,11 +251,11 @@ def render_probe(res: TrialResult) -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tune_batch.decision import decide
-    from tune_batch.files import write_files
-    from tune_batch.pareto import parse_prefer
-    from tune_batch.report import render_summary
-    from tune_batch.results import RunDir
+    from tune_batch.analysis.pareto import parse_prefer
+    from tune_batch.analysis.report import render_summary
+    from tune_batch.decide.recommend import decide
+    from tune_batch.output.files import write_files
+    from tune_batch.store.rundir import RunDir
 
     run = RunDir(args.run_dir)
     if not run.exists():

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
-from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
 from tune_batch.trial.gns import NoiseScale, noise_scale
 from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags

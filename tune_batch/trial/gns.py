@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tune_batch.noise import mean_ci
+from tune_batch.analysis.noise import mean_ci
 from tune_batch.trial.loop import batch_len, split_batch, take
 
 

@@ -20,11 +20,11 @@ from typing import Any, TypeVar
 import torch
 from torch.utils.data import DataLoader
 
+from tune_batch.analysis.noise import rate_ci
 from tune_batch.config import Config
 from tune_batch.measure.cpu import PeakRss
-from tune_batch.noise import rate_ci
-from tune_batch.oom import is_oom_error
-from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+from tune_batch.measure.oom import is_oom_error
+from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective, derive
 from tune_batch.trial.evaluate import chance_rate, check_batchnorm, evaluate
 from tune_batch.trial.faults import classify

@@ -17,7 +17,7 @@ from tune_batch.config import Config
 from tune_batch.errors import DeviceMonitorError
 from tune_batch.measure.cpu import CpuUtilWindow, CpuWindow
 from tune_batch.measure.memory import quiet_native_stderr, step_peak_bytes
-from tune_batch.oom import MemoryCapExceeded
+from tune_batch.measure.oom import MemoryCapExceeded
 from tune_batch.trial.collective import all_reduce, barrier, group_max
 from tune_batch.trial.loop import Stepper, sync
 

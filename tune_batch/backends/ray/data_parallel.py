@@ -22,8 +22,8 @@ from ray.train.torch import TorchTrainer
 
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog, seconds_from_env
 from tune_batch.config import Config, config_from_dict
-from tune_batch.oom import is_oom_error
-from tune_batch.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.measure.oom import is_oom_error
+from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
 from tune_batch.workload.resolve import install, registered
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from ray import tune
 
+from tune_batch.analysis.objectives import is_maximize, utilization_warning
+from tune_batch.backends.progress import Progress
 from tune_batch.backends.ray.callbacks import Halt, Records
 from tune_batch.backends.ray.cleanup import GroupSweeper
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
@@ -16,14 +18,12 @@ from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
 from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray_session
 from tune_batch.backends.ray.trainable import ray_trainable, repeat_trainable
 from tune_batch.config import Config
-from tune_batch.confirm import ConfirmJob
-from tune_batch.objectives import is_maximize, utilization_warning
-from tune_batch.policy import Policy
-from tune_batch.progress import Progress
-from tune_batch.repeats import RepeatJob
-from tune_batch.results import RunDir
-from tune_batch.samplers import make_sampler, probe_rule
-from tune_batch.space import define_by_run, seed_points
+from tune_batch.decide.confirm import ConfirmJob
+from tune_batch.decide.repeats import RepeatJob
+from tune_batch.store.rundir import RunDir
+from tune_batch.study.admission import Policy
+from tune_batch.study.samplers import make_sampler, probe_rule
+from tune_batch.study.space import define_by_run, seed_points
 from tune_batch.workload.resolve import registered
 
 EXPERIMENT = "tune"

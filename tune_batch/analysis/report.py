@@ -9,14 +9,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tune_batch.analysis.noise import beyond
+from tune_batch.analysis.pareto import (
+    KNEE_METHOD,
+    Prefer,
+    choose,
+    hypervolume,
+    noisy_non_dominated,
+    normalise,
+    within_noise,
+)
+from tune_batch.analysis.points import SHOWN_LEVELS, NoiseLevel, Point, group_runs, noise_levels, points, step_key
 from tune_batch.config import Config
-from tune_batch.confirm import chance_floor
-from tune_batch.confirm import lines as confirm_lines
-from tune_batch.noise import beyond
-from tune_batch.oom import cap_bytes
-from tune_batch.pareto import KNEE_METHOD, Prefer, choose, hypervolume, noisy_non_dominated, normalise, within_noise
-from tune_batch.points import SHOWN_LEVELS, NoiseLevel, Point, group_runs, noise_levels, points, step_key
-from tune_batch.records import Status, TrialResult
+from tune_batch.decide.confirm import chance_floor
+from tune_batch.decide.confirm import lines as confirm_lines
+from tune_batch.measure.oom import cap_bytes
+from tune_batch.store.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
 METRIC_COLUMNS = ("samples_per_s", "device_util", "val_acc", "mfu", "model_flops_per_s", "peak_mem_bytes",

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from tune_batch.records import Status
+from tune_batch.store.records import Status
 
 
 def startup_trials(n_trials: int) -> int:

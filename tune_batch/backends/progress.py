@@ -6,9 +6,9 @@ import sys
 import time
 from typing import Any, TextIO
 
+from tune_batch.analysis.pareto import front
 from tune_batch.config import Config
-from tune_batch.pareto import front
-from tune_batch.records import Status, TrialResult
+from tune_batch.store.records import Status, TrialResult
 
 
 def _clock(seconds: float) -> str:

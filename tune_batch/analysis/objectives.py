@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tune_batch.config import Config
-from tune_batch.records import Status, TrialResult
+from tune_batch.store.records import Status, TrialResult
 
 #: Finite stand-ins for infeasible / failed trials (Ray warns on inf; Optuna needs every value).
 SENTINEL_MAXIMIZE = 0.0

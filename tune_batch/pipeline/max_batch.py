@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tune_batch.config import Config
 from tune_batch.errors import UserError
-from tune_batch.oom import MemoryFit, cap_bytes, fit_memory
+from tune_batch.measure.oom import MemoryFit, cap_bytes, fit_memory
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,13 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from tune_batch.analysis.pareto import Prefer, better_beyond
+from tune_batch.analysis.report import Report, build_report, latest_per_trial, tradeoffs
 from tune_batch.config import Config
-from tune_batch.confirm import confirm, search_noise_scale
-from tune_batch.oom import cap_bytes
-from tune_batch.pareto import Prefer, better_beyond
-from tune_batch.records import TrialResult
-from tune_batch.repeats import candidates
-from tune_batch.report import Report, build_report, latest_per_trial, tradeoffs
+from tune_batch.decide.confirm import confirm, search_noise_scale
+from tune_batch.decide.repeats import candidates
+from tune_batch.measure.oom import cap_bytes
+from tune_batch.store.records import TrialResult
 
 TIME_TO_TARGET = "time_to_target"
 

@@ -9,10 +9,10 @@ import html
 import statistics
 from typing import Any
 
-from tune_batch.confirm import lines as confirm_lines
-from tune_batch.objectives import is_feasible
-from tune_batch.records import Status, TrialResult
-from tune_batch.report import Report, noise_lines, tradeoff_lines
+from tune_batch.analysis.objectives import is_feasible
+from tune_batch.analysis.report import Report, noise_lines, tradeoff_lines
+from tune_batch.decide.confirm import lines as confirm_lines
+from tune_batch.store.records import Status, TrialResult
 
 #: axis titles with units for the metrics a report plots
 UNITS = {"samples_per_s": "samples/s", "val_acc": "validation accuracy (0-1)", "device_util": "device utilization (0-1)",

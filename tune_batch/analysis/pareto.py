@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from tune_batch.analysis.noise import beyond
+from tune_batch.analysis.objectives import is_feasible, to_minimize
 from tune_batch.errors import UserError
-from tune_batch.noise import beyond
-from tune_batch.objectives import is_feasible, to_minimize
-from tune_batch.records import TrialResult
+from tune_batch.store.records import TrialResult
 
 KNEE_METHOD = ("knee: closest to the ideal point after scaling each objective to [0, 1] over the feasible "
                "trials' range")

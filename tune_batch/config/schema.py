@@ -14,13 +14,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tune_batch.config_errors import describe, relevant
-from tune_batch.config_train import OptimizerConfig, TrainConfig
-from tune_batch.config_train import Section as _Section
+from tune_batch.config.errors import describe, relevant
+from tune_batch.config.metrics import OBJECTIVE_METRICS
+from tune_batch.config.sizes import parse_memory
+from tune_batch.config.train import OptimizerConfig, TrainConfig
+from tune_batch.config.train import Section as _Section
+from tune_batch.config.yamlio import apply_overrides, read_yaml
 from tune_batch.errors import ConfigError
-from tune_batch.metrics import OBJECTIVE_METRICS
-from tune_batch.sizes import parse_memory
-from tune_batch.yamlio import apply_overrides, read_yaml
 
 BUILTIN_DATASETS = ("cifar10", "digits", "synthetic", "imagefolder")
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import optuna
 
-from tune_batch import objectives
+from tune_batch.analysis import objectives
 from tune_batch.config import Config
 from tune_batch.errors import UserError
-from tune_batch.records import Status, TrialResult
+from tune_batch.store.records import Status, TrialResult
 
 
 def directions(config: Config) -> list[optuna.study.StudyDirection]:

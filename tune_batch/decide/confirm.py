@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
-from tune_batch.points import StepMeans
-from tune_batch.records import Params, Status, TrialResult
+from tune_batch.store.records import Params, Status, TrialResult
 
 TARGET_METRIC = "val_acc"
 

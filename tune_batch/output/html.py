@@ -13,10 +13,10 @@ import math
 from itertools import combinations
 from typing import Any
 
-from tune_batch.objectives import is_feasible
-from tune_batch.records import Status, TrialResult
-from tune_batch.report import Report, row
-from tune_batch.report_views import axis_label
+from tune_batch.analysis.objectives import is_feasible
+from tune_batch.analysis.report import Report, row
+from tune_batch.output.views import axis_label
+from tune_batch.store.records import Status, TrialResult
 
 STATUS_COLOURS = {Status.OK: "#1f77b4", Status.OOM: "#9e9e9e", Status.SKIPPED: "#c7c7c7",
                   Status.DIVERGED: "#bcbd22", Status.FAILED: "#7f7f7f"}
@@ -149,7 +149,7 @@ def render_html(report: Report) -> str:
     batch size x learning rate, the objective pairs, the curves and the table."""
     import plotly.io as pio
 
-    from tune_batch.report_views import answer_html, heat_figure, seed_figure
+    from tune_batch.output.views import answer_html, heat_figure, seed_figure
 
     data = figure_data(report)
     views = [("tb-seed", "Throughput and memory against batch size", seed_figure(report)),

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tune_batch.analysis.pareto import normalise
+from tune_batch.analysis.report import Report
 from tune_batch.config import Config
-from tune_batch.pareto import normalise
-from tune_batch.records import Params, TrialResult
-from tune_batch.report import Report
+from tune_batch.store.records import Params, TrialResult
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tune_batch.records import TrialResult
+from tune_batch.store.records import TrialResult
 
 if TYPE_CHECKING:  # the report is passed in, never imported here
-    from tune_batch.report import Report
+    from tune_batch.analysis.report import Report
 
 #: info fields worth a column beside the metrics (the rest stays in trials.jsonl)
 INFO_COLUMNS = ("seed", "repeat_of", "confirm_of", "precision", "optimizer", "accumulation_steps",
@@ -69,9 +69,9 @@ def to_frame(records: Sequence[TrialResult], report: Report | None = None) -> An
 def load_run(run_dir: str | Path) -> Any:
     """Every record of a run directory (finished or interrupted) as a DataFrame; the last record
     of a trial id wins, as in the reports. Raises RunDirError when it is not a run directory."""
+    from tune_batch.analysis.report import latest_per_trial
     from tune_batch.errors import RunDirError
-    from tune_batch.report import latest_per_trial
-    from tune_batch.results import RunDir
+    from tune_batch.store.rundir import RunDir
 
     run = RunDir(run_dir)
     if not run.trials_path.exists():

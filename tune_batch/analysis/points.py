@@ -22,8 +22,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tune_batch.noise import t95
-from tune_batch.records import Status, TrialResult
+from tune_batch.analysis.noise import t95
+from tune_batch.store.records import Status, TrialResult
 
 RELATIVE = ("samples_per_s", "model_flops_per_s", "mfu")  # noise proportional to the value
 # shares in [0, 1] whose seed spread depends on their level (a config at 0.98 cannot move by

@@ -21,7 +21,7 @@ import yaml
 
 from tune_batch.config import Config, config_from_dict, dump_config
 from tune_batch.errors import RecordNotWritten, RunDirError
-from tune_batch.records import Status, TrialResult
+from tune_batch.store.records import Status, TrialResult
 
 CONFIG_FILE = "config.yaml"
 TRIALS_FILE = "trials.jsonl"

@@ -12,11 +12,11 @@ import os
 import socket
 from collections.abc import Iterable
 
-from tune_batch import space as space_mod
+from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
-from tune_batch.oom import MemoryFit, cap_bytes, fit_memory
-from tune_batch.points import StepMeans
-from tune_batch.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.measure.oom import MemoryFit, cap_bytes, fit_memory
+from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.study import space as space_mod
 
 
 class FeasibilityModel:

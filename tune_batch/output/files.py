@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tune_batch.analysis.pareto import REFERENCE
+from tune_batch.analysis.report import Report
 from tune_batch.config import dump_config
-from tune_batch.pareto import REFERENCE
-from tune_batch.records import TrialResult
-from tune_batch.report import Report
-from tune_batch.report_html import render_html
+from tune_batch.output.html import render_html
+from tune_batch.store.records import TrialResult
 
 
 def best_config_yaml(report: Report) -> str | None:
@@ -75,7 +75,7 @@ def write_files(report: Report, run_dir: str | Path) -> list[Path]:
     """Write results.csv, pareto.json, best.yaml and report.html into ``run_dir``; returns the
     paths written (best.yaml is removed when nothing is recommended)."""
     run_dir = Path(run_dir)
-    from tune_batch.frames import write_csv
+    from tune_batch.output.frames import write_csv
 
     csv_path = run_dir / "results.csv"
     write_csv(report.records + report.repeats + report.confirm_runs, report, csv_path)

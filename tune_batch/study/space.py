@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tune_batch.config import SpaceConfig
-from tune_batch.records import Params
+from tune_batch.store.records import Params
 
 #: The searched parameters, spelled the same in config, space, records and reports.
 PARAMS = ("batch_size", "lr", "num_gpus")

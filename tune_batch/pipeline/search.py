@@ -18,23 +18,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tune_batch.analysis.pareto import Prefer
+from tune_batch.analysis.report import Report, build_report, latest_per_trial, render_summary
+from tune_batch.backends.progress import Progress
+from tune_batch.backends.signals import received
 from tune_batch.config import Config
-from tune_batch.confirm import ConfirmJob
-from tune_batch.confirm import jobs as confirm_jobs
-from tune_batch.decision import confirm_candidates, decide
+from tune_batch.decide.confirm import ConfirmJob
+from tune_batch.decide.confirm import jobs as confirm_jobs
+from tune_batch.decide.recommend import confirm_candidates, decide
+from tune_batch.decide.repeats import RepeatJob
+from tune_batch.decide.repeats import jobs as repeat_jobs
 from tune_batch.errors import ConfigError, SearchInterrupted, UserError
-from tune_batch.files import write_files
-from tune_batch.pareto import Prefer
-from tune_batch.policy import Policy
-from tune_batch.progress import Progress
-from tune_batch.quiet import environment_restored, quiet_libraries
-from tune_batch.records import TrialResult, budget_used
-from tune_batch.repeats import RepeatJob
-from tune_batch.repeats import jobs as repeat_jobs
-from tune_batch.report import Report, build_report, latest_per_trial, render_summary
-from tune_batch.results import RunDir
-from tune_batch.signals import received
-from tune_batch.tracking import check_trackers
+from tune_batch.output.files import write_files
+from tune_batch.output.tracking import check_trackers
+from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
+from tune_batch.store.records import TrialResult, budget_used
+from tune_batch.store.rundir import RunDir
+from tune_batch.study.admission import Policy
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SearchResult:
 
     def dataframe(self) -> Any:
         """Every record of the run (trials, repeats, confirmation runs) as a pandas DataFrame."""
-        from tune_batch.frames import to_frame
+        from tune_batch.output.frames import to_frame
 
         return to_frame([*self.records, *self.report.repeats, *self.report.confirm_runs], self.report)
 
@@ -170,7 +170,7 @@ def _stages_pending(config: Config, run_dir: RunDir) -> bool:
 def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
                  address: str | None, storage_url: str | None, study_name: str | None, verbose: bool) -> None:
     """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend."""
-    from tune_batch import study as seam
+    from tune_batch.study import seam as seam
 
     storage = seam.open_storage(storage_url or run_dir.study_url)
     name = study_name or config.name
@@ -191,9 +191,9 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
     sampler_seed = config.search.seed + len(done)
     with quiet_libraries(verbose):
         if config.search.backend == "optuna":
-            from tune_batch.backends import optuna as optuna_backend
+            from tune_batch.backends import local as local_backend
 
-            optuna_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
+            local_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
                                       study_name=name, progress=progress, policy=policy, fresh=fresh,
                                       plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed)
         else:
@@ -228,7 +228,7 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
     progress = Progress(config, config.budget.trials, quiet=quiet)
     progress.say(f"workload: {preflight(config)}")
     if storage_url:  # a bad URL is refused before anything is written
-        from tune_batch import study as seam
+        from tune_batch.study import seam as seam
 
         seam.open_storage(storage_url)
     check_address(address or config.search.address)
@@ -249,7 +249,7 @@ def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url
     the run directory on it, so Optuna's own views and plots read like the report."""
     if not records_exist(run_dir):
         return
-    from tune_batch import study as seam
+    from tune_batch.study import seam as seam
 
     seam.annotate_study(seam.open_storage(storage_url or run_dir.study_url), study_name or config.name, config,
                         report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()))
@@ -260,7 +260,7 @@ def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress:
     fails costs one warning line: the run directory already holds everything."""
     if "mlflow" not in config.search.log_to or not records_exist(run_dir):
         return
-    from tune_batch.tracking import log_to_mlflow
+    from tune_batch.output.tracking import log_to_mlflow
 
     try:
         uri, run_id, new = log_to_mlflow(report, run_dir.path, config.search.tracking_uri)

@@ -3,7 +3,7 @@ their sampler, storage and extra hyperparameters), and the in-process ``optuna``
 
 No Ray is started here. ``oom`` and ``skipped`` trials return sentinel values with a
 constraint > 0 (infeasible); ``failed`` trials end as Optuna FAIL with the reason kept in the
-trial's user attributes (see ``tune_batch.study``, the one seam to Optuna).
+trial's user attributes (see ``tune_batch.study.seam``, the one seam to Optuna).
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from typing import Any, Protocol
 
 import optuna
 
-from tune_batch import space as space_mod
-from tune_batch import study as seam
+from tune_batch.analysis.objectives import utilization_warning
+from tune_batch.backends.progress import Progress
+from tune_batch.backends.signals import graceful, received
 from tune_batch.config import Config, SpaceConfig
-from tune_batch.confirm import ConfirmJob
-from tune_batch.objectives import utilization_warning
-from tune_batch.policy import FREE_SKIPS_IN_A_ROW, Policy
-from tune_batch.progress import Progress
-from tune_batch.records import Params, Status, TrialResult, budget_used
-from tune_batch.repeats import RepeatJob, seeded
-from tune_batch.results import RunDir
-from tune_batch.samplers import make_sampler, probe_rule
-from tune_batch.signals import graceful, received
+from tune_batch.decide.confirm import ConfirmJob
+from tune_batch.decide.repeats import RepeatJob, seeded
+from tune_batch.store.records import Params, Status, TrialResult, budget_used
+from tune_batch.store.rundir import RunDir
+from tune_batch.study import seam as seam
+from tune_batch.study import space as space_mod
+from tune_batch.study.admission import FREE_SKIPS_IN_A_ROW, Policy
+from tune_batch.study.samplers import make_sampler, probe_rule
 
 
 class TrialRunner(Protocol):
