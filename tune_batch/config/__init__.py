@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from tune_batch.config.loading import config_from_dict, dump_config, load_config
 from tune_batch.config.schema import (
     BudgetConfig,
     Config,
@@ -15,9 +16,6 @@ from tune_batch.config.schema import (
     ResourcesConfig,
     SearchConfig,
     SpaceConfig,
-    config_from_dict,
-    dump_config,
-    load_config,
 )
 from tune_batch.config.sizes import parse_memory
 

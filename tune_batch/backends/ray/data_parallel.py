@@ -22,10 +22,10 @@ from ray.train.torch import TorchTrainer
 
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog, seconds_from_env
 from tune_batch.config import Config, config_from_dict
+from tune_batch.config.callables import install, registered
 from tune_batch.measure.oom import is_oom_error
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
-from tune_batch.workload.resolve import install, registered
 
 LAUNCHER = "ray.train.torch.TorchTrainer"
 KV_NAMESPACE = "tune_batch"  # Ray's key-value store (GCS): every node and Ray Client see it

@@ -18,13 +18,13 @@ from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
 from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray_session
 from tune_batch.backends.ray.trainable import ray_trainable, repeat_trainable
 from tune_batch.config import Config
+from tune_batch.config.callables import registered
 from tune_batch.decide.confirm import ConfirmJob
 from tune_batch.decide.repeats import RepeatJob
 from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
 from tune_batch.study.samplers import make_sampler, probe_rule
 from tune_batch.study.space import define_by_run, seed_points
-from tune_batch.workload.resolve import registered
 
 EXPERIMENT = "tune"
 

@@ -13,11 +13,11 @@ from tune_batch.analysis import objectives
 from tune_batch.backends.ray.resources import ResourcePlan
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog
 from tune_batch.config import Config, config_from_dict
+from tune_batch.config.callables import install
 from tune_batch.decide.repeats import seeded
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.study.admission import skipped
 from tune_batch.trial.faults import TrialTimeout
-from tune_batch.workload.resolve import install
 
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
