@@ -11,10 +11,10 @@ import pytest
 
 from tests.conftest import tiny_config
 from tune_batch.analysis.pareto import parse_prefer
-from tune_batch.analysis.report import render_summary
 from tune_batch.decide.confirm import first_reach, kendall_tau, search_noise_scale
 from tune_batch.decide.recommend import confirm_candidates, decide
 from tune_batch.decide.repeats import candidates
+from tune_batch.output.text import render_summary
 from tune_batch.pipeline.search import search
 from tune_batch.store.records import Status, TrialResult
 from tune_batch.trial.curve import confirm_run, eval_steps
@@ -287,9 +287,9 @@ def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower
 
 
 def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained() -> None:
-    from tune_batch.analysis.report import render_table
     from tune_batch.output.files import pareto_payload
     from tune_batch.output.frames import to_frame
+    from tune_batch.output.text import render_table
 
     cfg = tiny_config(objectives=OBJ)
     # at the short budget batch 16 is the more accurate by less than the noise and half as fast

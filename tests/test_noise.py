@@ -15,8 +15,9 @@ import pytest
 from tests.conftest import tiny_config
 from tune_batch.analysis.noise import beyond, mean_ci, rate_ci, t95
 from tune_batch.analysis.pareto import noisy_non_dominated
-from tune_batch.analysis.report import build_report, render_summary
+from tune_batch.analysis.report import build_report
 from tune_batch.output.files import write_files
+from tune_batch.output.text import render_summary
 from tune_batch.store.records import TrialResult
 
 

@@ -150,7 +150,7 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
 
 
 def test_summary_says_which_skips_used_no_trial() -> None:
-    from tune_batch.analysis.report import render_summary
+    from tune_batch.output.text import render_summary
     from tune_batch.store.records import Metrics, Params, Status, TrialInfo
 
     cfg = tiny_config()

@@ -252,9 +252,9 @@ def render_probe(res: TrialResult) -> str:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from tune_batch.analysis.pareto import parse_prefer
-    from tune_batch.analysis.report import render_summary
     from tune_batch.decide.recommend import decide
     from tune_batch.output.files import write_files
+    from tune_batch.output.text import render_summary
     from tune_batch.store.rundir import RunDir
 
     run = RunDir(args.run_dir)

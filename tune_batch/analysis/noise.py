@@ -9,6 +9,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tune_batch.config import Config
+    from tune_batch.store.records import TrialResult
 
 # Student's t, two-sided 95 %, by degrees of freedom (1..30); 1.96 beyond
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -47,3 +52,12 @@ def beyond(a: float, b: float, ci_a: float | None, ci_b: float | None) -> bool:
     """Whether a > b by more than the noise of the two (their half-widths combined)."""
     tol = math.hypot(ci_a or 0.0, ci_b or 0.0)
     return a - b > tol
+
+
+def chance_floor(config: Config, records: Sequence[TrialResult]) -> tuple[float, float]:
+    """(chance, the least val_acc beyond it): chance is the validation set's majority-class rate
+    the records measured (1 / num_classes where none did); beyond it means above chance by more
+    than the binomial sampling noise (95 %) of the validation set."""
+    rates = [r.info.chance_acc for r in records if r.info.chance_acc is not None]
+    chance = max(rates) if rates else 1.0 / config.model.num_classes
+    return chance, chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))

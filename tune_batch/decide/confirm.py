@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tune_batch.analysis.noise import chance_floor
 from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
 from tune_batch.store.records import Params, Status, TrialResult
@@ -61,15 +62,6 @@ def step_before(curve: Sequence[Sequence[float]], target: float | None) -> float
             return train_s - prev
         prev = train_s
     return None
-
-
-def chance_floor(config: Config, records: Sequence[TrialResult]) -> tuple[float, float]:
-    """(chance, the least val_acc beyond it): chance is the validation set's majority-class rate
-    the records measured (1 / num_classes where none did); beyond it means above chance by more
-    than the binomial sampling noise (95 %) of the validation set."""
-    rates = [r.info.chance_acc for r in records if r.info.chance_acc is not None]
-    chance = max(rates) if rates else 1.0 / config.model.num_classes
-    return chance, chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
 
 
 def first_reach(curve: Sequence[Sequence[float]], target: float | None) -> tuple[float, float] | None:

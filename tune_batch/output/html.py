@@ -14,7 +14,8 @@ from itertools import combinations
 from typing import Any
 
 from tune_batch.analysis.objectives import is_feasible
-from tune_batch.analysis.report import Report, row
+from tune_batch.analysis.report import Report
+from tune_batch.output.text import row
 from tune_batch.output.views import axis_label
 from tune_batch.store.records import Status, TrialResult
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tune_batch.analysis.pareto import Prefer
-from tune_batch.analysis.report import Report, build_report, latest_per_trial, render_summary
+from tune_batch.analysis.report import Report, build_report, latest_per_trial
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import received
 from tune_batch.config import Config
@@ -30,6 +30,7 @@ from tune_batch.decide.repeats import RepeatJob
 from tune_batch.decide.repeats import jobs as repeat_jobs
 from tune_batch.errors import ConfigError, SearchInterrupted, UserError
 from tune_batch.output.files import write_files
+from tune_batch.output.text import render_summary
 from tune_batch.output.tracking import check_trackers
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
 from tune_batch.store.records import TrialResult, budget_used

@@ -1,0 +1,149 @@
+"""The report's text forms: the front as a table, the summary a search prints, and the flat row
+of one record (CSV, table). The report itself is data (``analysis.report``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tune_batch.analysis.points import SHOWN_LEVELS
+from tune_batch.analysis.report import Report
+from tune_batch.decide.confirm import lines as confirm_lines
+from tune_batch.store.records import Status, TrialResult
+
+PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
+METRIC_COLUMNS = ("samples_per_s", "device_util", "val_acc", "mfu", "model_flops_per_s", "peak_mem_bytes",
+                  "data_wait_frac", "scaling_efficiency", "grad_noise_scale", "goodput", "step_time_s", "timed_s",
+                  "duration_s")
+
+
+def row(rec: TrialResult, report: Report | None = None) -> dict[str, Any]:
+    """A flat row of one record (CSV / table); with the report, each objective's mean over the
+    config's runs, its half-width and the number of runs beside it."""
+    p, m, info = rec.params, rec.metrics, rec.info
+    out: dict[str, Any] = {"trial_id": rec.trial_id, "status": rec.status.value, "reason": rec.reason or ""}
+    out.update(batch_size=p.batch_size, lr=p.lr, num_gpus=p.num_gpus)
+    out.update({k: m.value(k) for k in METRIC_COLUMNS})
+    out["samples_per_s_window_ci"] = m.samples_per_s_ci
+    if report is not None:
+        point = report.points.get(rec.trial_id)
+        out["runs"] = point.n if point is not None else ""
+        out["step_runs"] = point.step_runs if point is not None else ""
+        for k in report.config.metric_names:
+            mean, ci = report.stat(rec, k) if point is not None else (None, None)
+            out[f"{k}_mean"], out[f"{k}_ci"] = mean, ci
+    out["duration_s"] = rec.duration_s
+    out["world_size"] = info.world_size or ""
+    out["bottleneck"] = info.bottleneck or ""
+    # CUDA with GPU Performance Monitoring: what device_util hides (empty elsewhere)
+    out["sm_active"] = "" if info.sm_active is None else info.sm_active
+    out["tensor_active"] = "" if info.tensor_active is None else info.tensor_active
+    out["energy_j_per_sample"] = "" if m.energy_j_per_sample is None else m.energy_j_per_sample
+    out["disturbed"] = "" if info.disturbed is None else info.disturbed
+    out["device"] = info.device or ""
+    out["host"] = info.host or ""
+    out["extra_params"] = json.dumps(p.extra) if p.extra else ""
+    return out
+
+
+def _fmt(v: Any, metric: str) -> str:
+    if v is None:
+        return "-"
+    if metric == "peak_mem_bytes":
+        return f"{v / 2**20:.0f}MiB"
+    if metric == "lr":
+        return f"{v:.2e}"
+    if metric in ("device_util", "val_acc", "mfu", "data_wait_frac"):
+        return f"{v:.3f}"
+    if isinstance(v, float):
+        return f"{v:.1f}"
+    return str(v)
+
+
+def _fmt_stat(report: Report, r: TrialResult, metric: str) -> str:
+    mean, ci = report.stat(r, metric)
+    return _fmt(mean, metric) + (f"+-{_fmt(ci, metric)}" if ci is not None and metric != "peak_mem_bytes" else "")
+
+
+def render_table(report: Report) -> str:
+    """The front as a text table (means over each config's runs, samples/s over its step's,
+    +- 95 % half-widths, and the numbers of runs), the recommended row marked with '*'; a
+    recommendation from confirmation runs that is not on the short-budget front is the last row,
+    marked '*!'."""
+    metrics = report.config.metric_names
+    shown = [*metrics, *(["peak_mem_bytes"] if "peak_mem_bytes" not in metrics else [])]
+    cols = ["", "trial", *PARAM_COLUMNS, *shown, "runs", "step_runs"]
+    rows = []
+    shown_trials = sorted(report.front, key=lambda r: (r.params.num_gpus, r.params.batch_size, r.params.lr))
+    rec, on_front = report.recommended, report.recommended_on_front
+    if rec is not None and not on_front:
+        shown_trials.append(rec)  # chosen at length, off the short-budget front: shown last, marked
+    for r in shown_trials:
+        mark = ("*" if on_front else "*!") if r is rec else ""
+        p, point = r.params, report.points.get(r.trial_id)
+        rows.append([mark, str(r.trial_id), _fmt(p.batch_size, "batch_size"), _fmt(p.lr, "lr"),
+                     _fmt(p.num_gpus, "num_gpus"), *(_fmt_stat(report, r, m) for m in shown),
+                     str(point.n if point else 1), str(point.step_runs if point else 1)])
+    widths = [max(len(c), *(len(v[i]) for v in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    out += ["  ".join(v.ljust(w) for v, w in zip(vals, widths)) for vals in rows]
+    return "\n".join(out)
+
+
+def noise_lines(report: Report) -> list[str]:
+    lines = []
+    for m in report.config.metric_names:
+        level = report.noise.get(m)
+        if level is None:
+            continue
+        size = ("unknown" if level.half_width is None else
+                f"+-{level.half_width:.1%} of the value" if level.relative else
+                "+-" + ", ".join(f"{level.of(p, 1):.3f} at {p:g}" for p in SHOWN_LEVELS) if level.share else
+                f"+-{level.half_width:.3f}")
+        lines.append(f"noise {m}: {size} per run ({level.how})")
+    if report.repeats:
+        spent = sum(r.duration_s for r in report.repeats)
+        total = spent + sum(r.duration_s for r in report.records)
+        share = f" ({spent / total:.0%} of the search's trial-seconds)" if total else ""
+        lines.append(f"repeats: {len(report.repeats)} run(s) of front candidates with other seeds, {spent:.0f} s{share}")
+    return lines
+
+
+def render_summary(report: Report) -> str:
+    c = report.counts
+    total = sum(c.values())
+    # skips the sampler was asked again after: recorded and told to Optuna, no trial of the budget
+    free = sum(1 for r in report.records if r.info.free_skip)
+    note = {Status.SKIPPED: f" ({free} of them used no trial of budget.trials)"} if free else {}
+    parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}{note.get(s, '')}" for s in Status if c.get(s.value)]
+    hv = f", hypervolume {report.hypervolume:.3f}" if report.front and report.hypervolume == report.hypervolume else ""
+    lines = [", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}"]
+    lines += [f"warning: {w}" for w in report.warnings]
+    if not report.front:
+        lines += report.notes
+        lines.append("no feasible trial: nothing is on the Pareto front (see results.csv for the reasons)")
+        return "\n".join(lines)
+    objs = ", ".join(f"{o.direction} {o.metric}" for o in report.config.objectives)
+    how = report.method.split(":")[0]
+    lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs, samples/s over every "
+                 f"run of its batch size, any lr: step_runs); * = recommended ({how})"
+                 + ("; *! = recommended, not on the short-budget front" if report.recommended_on_front is False else ""))
+    lines.append(render_table(report))
+    lines += noise_lines(report)
+    if report.confirmation is not None:
+        lines += confirm_lines(report.confirmation)
+    rec = report.recommended
+    if rec is not None:
+        p = rec.params
+        lines.append(f"recommended: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus} "
+                     f"(trial {rec.trial_id}; {how})")
+        lines += [f"  {line}" for line in tradeoff_lines(report)]
+    lines += report.notes
+    return "\n".join(lines)
+
+
+def tradeoff_lines(report: Report) -> list[str]:
+    """What each front point gains and loses against the recommended one (each +- its noise)."""
+    rec = report.recommended
+    return [f"trial {r.trial_id} instead (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
+            + ", ".join(report.tradeoffs.get(r.trial_id, [])) for r in report.front if rec is not None and r is not rec]
