@@ -1,6 +1,7 @@
-"""The layout's rules, checked on the source with ``ast``: module and function sizes, no import
-cycle among tune_batch modules, ray and optuna only where they belong, nothing heavy on import,
-and no process-wide state left behind by a search."""
+"""The layout's rules, checked on the source with ``ast``: module and function sizes, few modules
+at the top, no import cycle among tune_batch modules, no import up a floor, ray, optuna and torch
+only where they belong, nothing heavy on import, and no process-wide state left behind by a
+search."""
 
 from __future__ import annotations
 
@@ -20,11 +21,32 @@ from tests.conftest import REPO, tiny_config
 PKG = REPO / "tune_batch"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
+MAX_TOP_LEVEL_MODULES = 10
 #: Where each heavy library may be imported (module paths relative to tune_batch/).
 ALLOWED = {
     "ray": lambda rel: rel.startswith("backends/ray/"),
     "optuna": lambda rel: rel in ("study/seam.py", "study/samplers.py", "backends/local.py"),
+    # where training runs (and the device checks before a search or max-batch)
+    "torch": lambda rel: rel.startswith(("trial/", "measure/", "workload/", "backends/", "pipeline/")),
 }
+#: The floors of the house, lowest first. A module imports only from its own package or from a
+#: package on a floor below; two packages on one floor do not import each other. The modules at
+#: the top (errors.py, cli.py, ...) count as packages of their own name, tune_batch/__init__.py
+#: as "__init__". The folders read in the data's order (config -> pipeline -> study, backends ->
+#: trial -> store -> analysis -> decide -> output); the floors say which may use which: the
+#: records' types and the config below everything, the pipeline that runs it all at the top.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors",),
+    ("config",),
+    ("store", "measure", "workload"),
+    ("analysis",),
+    ("trial", "study", "decide"),
+    ("output",),
+    ("backends",),
+    ("pipeline",),
+    ("cli", "optuna", "__init__"),
+    ("__main__",),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -118,6 +140,45 @@ def test_the_cycle_check_can_fail() -> None:
     assert "tune_batch.output.files" not in graph["tune_batch.analysis.report"]
 
 
+def _package(module: str) -> str:
+    """The folder (or top-level module) a tune_batch module belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _floor(package: str) -> int:
+    found = [i for i, floor in enumerate(FLOORS) if package in floor]
+    assert found, f"{package!r} is on no floor: add it to FLOORS"
+    return found[0]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of ``graph`` that go up a floor, or across to another package of one floor."""
+    bad = []
+    for name, targets in graph.items():
+        for t in sorted(targets):
+            a, b = _package(name), _package(t)
+            if a != b and _floor(b) >= _floor(a):
+                bad.append(f"{name} ({a}, floor {_floor(a)}) imports {t} ({b}, floor {_floor(b)})")
+    return bad
+
+
+def test_at_most_ten_modules_at_the_top() -> None:
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_no_import_up_a_floor() -> None:
+    assert not _upward(_graph())
+
+
+def test_the_floor_check_can_fail() -> None:
+    # the checker itself: the schema reading the terminal's text, a trial reading a sibling floor
+    bad = _upward({"tune_batch.config.schema": {"tune_batch.output.text"},
+                   "tune_batch.trial.run": {"tune_batch.decide.confirm", "tune_batch.trial.loop"}})
+    assert len(bad) == 2 and "output.text" in bad[0] and "decide.confirm" in bad[1]
+
+
 @pytest.mark.parametrize("lib", sorted(ALLOWED))
 def test_heavy_libraries_only_where_they_belong(lib: str) -> None:
     offenders = []
@@ -130,8 +191,8 @@ def test_heavy_libraries_only_where_they_belong(lib: str) -> None:
 
 
 def test_importing_the_package_loads_no_heavy_library() -> None:
-    code = ("import sys, tune_batch, tune_batch.cli, tune_batch.config, tune_batch.analysis.report, tune_batch.output.files, "
-            "tune_batch.pipeline.search, tune_batch.store.records; "
+    code = ("import sys, tune_batch, tune_batch.cli, tune_batch.config, tune_batch.analysis.report, "
+            "tune_batch.output.files, tune_batch.output.text, tune_batch.pipeline.search, tune_batch.store.records; "
             "print(sorted(m for m in ('ray', 'torch', 'optuna') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
