@@ -360,14 +360,22 @@ def lr_effect(table: dict, perms: int = 2000, seed: int = 0) -> dict[int, tuple[
     return out
 
 
+def front_hypervolume(results: list, metrics: list[str], directions: list[str],
+                      bounds: list[tuple[float, float]] | None = None) -> float:
+    """Hypervolume of the feasible results' front, scaled by ``bounds`` (default: the feasible
+    results' own ranges)."""
+    from tune_batch.analysis.pareto import feasible, hypervolume, normalise
+
+    pts = [[r.metrics.value(m) for m in metrics] for r in feasible(results, metrics)]
+    return hypervolume(normalise(pts, directions, bounds)) if pts else 0.0
+
+
 def pooled_hypervolume(rp: Replay, records: list, metrics: list[str], directions: list[str],
                        bounds: list[tuple[float, float]]) -> float:
     """Hypervolume of the feasible ``records`` at the best estimate of their truth: samples/s
     their batch size's pooled median, val_acc (and feasibility) the mean over the table's seeds
     (``Replay.truth_of``); the score of what a search found (a search still sees, and decides
     on, the single noisy reading of each point, one seed's)."""
-    from tune_batch.analysis.pareto import front_hypervolume
-
     pooled = [r.replace(metrics=r.metrics.with_(samples_per_s=rp.sps_pooled[r.params.batch_size]))
               if r.feasible and r.params.batch_size in rp.sps_pooled else r for r in records]
     pooled = [rp.truth_of(r) if r.feasible else r for r in pooled]
@@ -380,7 +388,6 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     runner that looks results up instead of training."""
     import optuna
 
-    from tune_batch.analysis.pareto import front_hypervolume
     from tune_batch.backends.local import Objective, optimize
     from tune_batch.study.admission import Policy
     from tune_batch.study.samplers import make_sampler, probe_rule
@@ -478,8 +485,6 @@ def caps_of(table: dict) -> list[tuple[str, float | None]]:
 def _grid_setup(table: dict, cap: float | None, objectives: list[str]) -> tuple[Replay, list, list, float, float]:
     """(replay, objective bounds (the truth's feasible ranges), the full grid's hypervolume in
     each landscape's single readings, the grid's trial-seconds, its hypervolume at the truth)."""
-    from tune_batch.analysis.pareto import front_hypervolume
-
     rp = Replay(table, cap, objectives)
     cfg = rp.config
     full = rp.full()

@@ -4,7 +4,7 @@ import optuna
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tune_batch.analysis.pareto import dominates, front, knee, non_dominated
+from tune_batch.analysis.pareto import dominates, front, knee_index, non_dominated
 from tune_batch.store.records import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -46,9 +46,9 @@ def test_dominates_and_duplicates() -> None:
 
 
 def test_knee_is_the_balanced_point() -> None:
-    points = [_result(i, {"a": a, "b": b}) for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
-    assert knee(points, ["a", "b"], ["maximize", "maximize"]).trial_id == 1
+    points = [[10.0, 0.0], [8.0, 8.0], [0.0, 10.0]]
+    assert knee_index(points, ["maximize", "maximize"]) == 1
     # the same with one objective minimised: directions are read in one place
-    flipped = [_result(i, {"a": a, "b": -b}) for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
-    assert knee(flipped, ["a", "b"], ["maximize", "minimize"]).trial_id == 1
-    assert knee([], ["a"], ["maximize"]) is None
+    flipped = [[a, -b] for a, b in points]
+    assert knee_index(flipped, ["maximize", "minimize"]) == 1
+    assert knee_index([], ["maximize"]) is None

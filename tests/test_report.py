@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from optuna._hypervolume import compute_hypervolume
 
 from tests.conftest import tiny_config
-from tune_batch.analysis.pareto import REFERENCE, hypervolume, parse_prefer, recommend
+from tune_batch.analysis.pareto import REFERENCE, choose, hypervolume, parse_prefer
 from tune_batch.analysis.report import build_report
 from tune_batch.cli import main
 from tune_batch.config import load_config
@@ -60,9 +60,14 @@ def test_recommendation_knee_prefer_and_weights() -> None:
     assert {r.trial_id for r in report.front} == {0, 1, 2}
     assert report.recommended.trial_id == 1  # the balanced point
     m, d = cfg.metric_names, cfg.directions
-    assert recommend(report.front, m, d, "samples_per_s")[0].trial_id == 2
-    assert recommend(report.front, m, d, "val_acc")[0].trial_id == 0
-    assert recommend(report.front, m, d, {"val_acc": 4, "samples_per_s": 1})[0].trial_id == 0
+    values = [[r.metrics.value(x) for x in m] for r in report.front]
+
+    def preferred(prefer: str | dict[str, float]) -> object:  # the choice on the trials' own measurements
+        return report.front[choose(values, m, d, prefer)[0]].trial_id
+
+    assert preferred("samples_per_s") == 2
+    assert preferred("val_acc") == 0
+    assert preferred({"val_acc": 4, "samples_per_s": 1}) == 0
     t = report.tradeoffs[2]
     assert t[0] == "2.00x samples/s (faster per epoch)" and t[1] == "-0.400 val_acc"
     with pytest.raises(UserError, match="not an objective"):

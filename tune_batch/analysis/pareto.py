@@ -1,5 +1,5 @@
 """The Pareto front and the choice on it: non-dominated sort, scaling, hypervolume (any number
-of objectives), the knee and the recommendation.
+of objectives), the knee and the choice of the recommended point.
 
 Everything works on "smaller is better" values from :func:`objectives.to_minimize`; scaled
 values are in [0, 1] with 1 = best.
@@ -121,14 +121,6 @@ def hypervolume(points: Sequence[Sequence[float]], ref: float = REFERENCE) -> fl
     return vol
 
 
-def front_hypervolume(results: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str],
-                      bounds: Sequence[tuple[float, float]] | None = None) -> float:
-    """Hypervolume of the feasible results' front, scaled by ``bounds`` (default: the feasible
-    results' own ranges)."""
-    pts = _points(feasible(results, metrics), metrics)
-    return hypervolume(normalise(pts, directions, bounds)) if pts else 0.0
-
-
 def knee_index(values: Sequence[Sequence[float]], directions: Sequence[str],
                bounds: Sequence[tuple[float, float]] | None = None) -> int | None:
     """The point closest (Euclidean) to the ideal point after scaling each objective to [0, 1]
@@ -157,19 +149,6 @@ def choose(values: Sequence[Sequence[float]], metrics: Sequence[str], directions
     best = max(range(len(values)), key=lambda i: (sum(wi * u for wi, u in zip(w, scaled[i])), -i))
     shown = ", ".join(f"{m}={prefer[m]:g}" for m in metrics if m in prefer)
     return best, f"prefer weights {shown}: the best weighted sum of objectives scaled to [0, 1]"
-
-
-def knee(points: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str]) -> TrialResult | None:
-    """The knee of ``points`` (scaled over their own range)."""
-    i = knee_index(_points(points, metrics), directions)
-    return None if i is None else points[i]
-
-
-def recommend(points: Sequence[TrialResult], metrics: Sequence[str], directions: Sequence[str],
-              prefer: Prefer = None) -> tuple[TrialResult | None, str]:
-    """:func:`choose` on trials' own measurements."""
-    i, method = choose(_points(points, metrics), metrics, directions, prefer)
-    return (None if i is None else points[i]), method
 
 
 def parse_prefer(text: str | None, metrics: Sequence[str]) -> Prefer:

@@ -222,12 +222,17 @@ def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, in
     return (statistics.fmean(s for s, _ in got) / g2 if g2 > 0 else None), len(got)
 
 
+def samples_factor(b_noise: float, batch: int) -> float:
+    """Samples to a given loss relative to the fewest possible (McCandlish et al.): 1 + B / B_noise."""
+    return 1.0 + batch / b_noise
+
+
 def _e_min(c: Candidate, b_noise: float | None) -> float | None:
     """The fewest samples to the target implied by a confirmed candidate (McCandlish et al.:
     samples = E_min x (1 + B / B_noise)), from its samples to target and the search's B_noise."""
     if c.samples_to_target is None or not b_noise:
         return None
-    return c.samples_to_target / (1.0 + c.trial.params.batch_size / b_noise)
+    return c.samples_to_target / samples_factor(b_noise, c.trial.params.batch_size)
 
 
 def predict_time(trial: TrialResult, e_min: float, b_noise: float | None, sps: float | None) -> float | None:
@@ -235,7 +240,7 @@ def predict_time(trial: TrialResult, e_min: float, b_noise: float | None, sps: f
     at ``sps`` samples/s."""
     if not b_noise or not sps:
         return None
-    return e_min * (1.0 + trial.params.batch_size / b_noise) / sps
+    return e_min * samples_factor(b_noise, trial.params.batch_size) / sps
 
 
 def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from tune_batch.analysis.pareto import Prefer, better_beyond
 from tune_batch.analysis.report import Report, build_report, latest_per_trial, tradeoffs
 from tune_batch.config import Config
-from tune_batch.decide.confirm import confirm, search_noise_scale
+from tune_batch.decide.confirm import confirm, samples_factor, search_noise_scale
 from tune_batch.decide.repeats import candidates
 from tune_batch.measure.oom import cap_bytes
 from tune_batch.store.records import TrialResult
@@ -55,7 +55,7 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
         # models it: (1 + B / B_noise) samples each at the step's samples/s (1 / samples/s where
         # the search measured no noise scale)
         sps = report.stat(r, "samples_per_s")[0] or 0.0
-        return (1.0 + r.params.batch_size / b_noise if b_noise else 1.0) / sps if sps > 0 else math.inf
+        return (samples_factor(b_noise, r.params.batch_size) if b_noise else 1.0) / sps if sps > 0 else math.inf
 
     learned = [r for r in rest if acc(r) is not None]
     first = rest[:1]

@@ -24,7 +24,6 @@ from typing import Any
 
 from tune_batch.errors import ConfigError
 
-TRACKERS = ("mlflow",)
 _RUN_DIR_TAG = "tune_batch.run_dir"
 
 
