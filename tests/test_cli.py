@@ -187,8 +187,13 @@ def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys:
 
 
 def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
-    from tune_batch.cli import _overhead, _trace_flag
+    from tune_batch.output.probe import _overhead
+    from tune_batch.output.probe import _trace_flag as trace_flag
+    from tune_batch.pipeline.probe import trace_steps
     from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
+
+    def _trace_flag(r: TrialResult) -> list[str]:  # the steps the trace files hold, as the probe reads them
+        return trace_flag(r, trace_steps(r.info.trace_dir))
 
     def rec(over: float, trace_dir: Path) -> TrialResult:
         return TrialResult("probe", Params(64, 0.04, 1), Status.OK, None, Metrics(samples_per_s=1000.0, samples_per_s_ci=30.0),
@@ -204,6 +209,22 @@ def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
     (tmp_path / "b.pt.trace.json").write_text(json.dumps(steps))  # an earlier probe's, in the same directory
     (flag,) = _trace_flag(rec(0.3, tmp_path))
     assert "holds 6 profiled step(s), this trial recorded 3" in flag
+
+
+def test_probe_is_a_library_call_that_returns_data(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import tune_batch
+    from tests.conftest import tiny_config
+
+    seen: list[str] = []
+    done = tune_batch.probe(tiny_config(budget={"train_samples": 256}), 32, 0.05, output=tmp_path / "p", profile=False,
+                            on_workload=seen.append)
+    assert done.ok and done.result.trial_id == "probe" and done.result.params.batch_size == 32
+    assert seen == [done.workload] and "small_cnn" in done.workload and done.trace_steps is None
+    assert done.trials_path == tmp_path / "p" / "trials.jsonl" and len(done.trials_path.read_text().splitlines()) == 1
+    assert "workload" not in capsys.readouterr().out  # the caller prints, or not
+    with pytest.raises(tune_batch.UserError, match="a finite lr > 0"):
+        tune_batch.probe(tiny_config(), 32, float("nan"), output=tmp_path / "q")
+    assert not (tmp_path / "q").exists()
 
 
 def test_probe_profiles_unless_told_not_to_and_measuring_never_changes_training(capsys: pytest.CaptureFixture[str],

@@ -12,11 +12,12 @@ from tune_batch.errors import ConfigError, TuneBatchError, UserError
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "TuneBatchError", "UserError", "load_config", "load_run", "run_trial", "search",
-           "__version__"]
+__all__ = ["Config", "ConfigError", "TuneBatchError", "UserError", "load_config", "load_run", "probe", "run_trial",
+           "search", "__version__"]
 
 if TYPE_CHECKING:
     from tune_batch.output.frames import load_run
+    from tune_batch.pipeline.probe import probe
     from tune_batch.pipeline.search import search
     from tune_batch.trial import run_trial
 
@@ -35,4 +36,8 @@ def __getattr__(name: str) -> Any:
         from tune_batch.pipeline.search import search
 
         return search
+    if name == "probe":
+        from tune_batch.pipeline.probe import probe
+
+        return probe
     raise AttributeError(f"module 'tune_batch' has no attribute {name!r}")
