@@ -126,8 +126,8 @@ def test_more_mistakes_one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_p
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     bomb = tmp_path / "bomb.yaml"
-    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}" + f", *{chr(97 + i)}" * 8 + "]"
-                                                      for i in range(8)]
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}" + f", *{chr(97 + i)}" * 8 + "]" for i in range(8)]
     bomb.write_text("data:\n  kwargs:\n" + "".join(f"    {line}\n" for line in levels))
     bad_run = tmp_path / "badrun"
     bad_run.mkdir()
@@ -165,7 +165,8 @@ def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys:
     from tests.conftest import tiny_config
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"}, budget={"trials": 1, "train_samples": 128}).to_dict()))
+    cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"},
+                                              budget={"trials": 1, "train_samples": 128}).to_dict()))
     out = tmp_path / "out"
     assert _run(capsys, "search", str(cfg), "--output", str(out), "--quiet")[0] == 0
     (out / "study.db").unlink()
@@ -196,8 +197,9 @@ def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
         return trace_flag(r, trace_steps(r.info.trace_dir))
 
     def rec(over: float, trace_dir: Path) -> TrialResult:
-        return TrialResult("probe", Params(64, 0.04, 1), Status.OK, None, Metrics(samples_per_s=1000.0, samples_per_s_ci=30.0),
-                           1.0, TrialInfo(profiler_overhead=over, trace_dir=str(trace_dir), profile_active_steps=3))
+        return TrialResult("probe", Params(64, 0.04, 1), Status.OK, None,
+                           Metrics(samples_per_s=1000.0, samples_per_s_ci=30.0), 1.0,
+                           TrialInfo(profiler_overhead=over, trace_dir=str(trace_dir), profile_active_steps=3))
 
     assert "UNVERIFIED, negative" in _overhead(rec(-0.02, tmp_path))
     assert "UNVERIFIED, inside the window's own noise (+-3.0%)" in _overhead(rec(0.02, tmp_path))

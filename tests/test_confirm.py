@@ -165,7 +165,8 @@ def test_a_prediction_from_a_disturbed_throughput_says_so() -> None:
     report = decide(cfg, short + runs)
     checked = {x["trial_id"]: x for x in predictions(report.confirmation, [])["confirmed"]}
     assert checked[2]["disturbed_throughput"] and not checked[0]["disturbed_throughput"]
-    assert "trial 2" in render_summary(report) and "(its samples/s only from disturbed windows)" in render_summary(report)
+    text = render_summary(report)
+    assert "trial 2" in text and "(its samples/s only from disturbed windows)" in text
 
 
 def test_nothing_learned_is_said_and_not_recommended() -> None:
@@ -336,7 +337,8 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
     assert [c.trial.trial_id for c in conf.candidates] == [0, 1, 2]  # by the runs' time alone
     assert [c.time_to_target_s for c in conf.candidates] == [pytest.approx(1.0), pytest.approx(1.2), pytest.approx(1.3)]
     e_min = {0: 2000 / (1 + 256 / 50), 1: 1200 / (1 + 32 / 50), 2: 1300 / (1 + 32 / 50)}
-    predicted = {0: (e_min[1] + e_min[2]) / 2 * (1 + 256 / 50) / 2000, 1: (e_min[0] + e_min[2]) / 2 * (1 + 32 / 50) / 1000,
+    predicted = {0: (e_min[1] + e_min[2]) / 2 * (1 + 256 / 50) / 2000,
+                 1: (e_min[0] + e_min[2]) / 2 * (1 + 32 / 50) / 1000,
                  2: (e_min[0] + e_min[1]) / 2 * (1 + 32 / 50) / 1000}
     for c in conf.candidates:
         assert c.estimate_s == pytest.approx((c.time_to_target_s * predicted[c.trial.trial_id]) ** 0.5)

@@ -133,8 +133,9 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
         assert node.returncode == 0, node.stderr[-2000:]
         cfg = tmp_path / "c.yaml"
         # a minimum window longer than the budget's timed steps: the extra steps pair up on both ranks
-        cfg.write_text(yaml.safe_dump(tiny_config(space={"batch_size": [64], "num_gpus": [2]},
-                                                  budget={"trials": 1, "train_samples": 1024, "min_window_s": 1.5}).to_dict()))
+        budget = {"trials": 1, "train_samples": 1024, "min_window_s": 1.5}
+        space = {"batch_size": [64], "num_gpus": [2]}
+        cfg.write_text(yaml.safe_dump(tiny_config(space=space, budget=budget).to_dict()))
         p = run(sys.executable, "-m", "tune_batch", "search", str(cfg), "--address", f"127.0.0.1:{gcs}", "--output",
                 str(tmp_path / "run"), "--quiet")
         assert p.returncode == 0, p.stderr[-3000:]

@@ -52,7 +52,8 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     children = [r for r in runs() if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(children) == len(lines)
     p = parents[0].data
-    assert p.tags["recommended_trial"] == str(res.recommended.trial_id) and p.tags["objectives"] == "samples_per_s,val_acc"
+    assert p.tags["recommended_trial"] == str(res.recommended.trial_id)
+    assert p.tags["objectives"] == "samples_per_s,val_acc"
     assert p.tags["recommended_batch_size"] == str(res.recommended.params.batch_size) and p.metrics["records"] == 3
     by_id = {c.data.tags["tune_batch.trial_id"]: c.data for c in children}
     for x in map(json.loads, lines):

@@ -50,7 +50,8 @@ def test_accuracy_noise_is_pooled_as_a_share_and_read_at_each_level(tmp_path: Pa
 
     from tune_batch.analysis.points import NoiseLevel
 
-    recs = [_rec(0, 1000, 0.98), _rec("0s1", 1000, 0.97, repeat_of=0, seed=1), _rec("0s2", 1000, 0.99, repeat_of=0, seed=2),
+    recs = [_rec(0, 1000, 0.98), _rec("0s1", 1000, 0.97, repeat_of=0, seed=1),
+            _rec("0s2", 1000, 0.99, repeat_of=0, seed=2),
             _rec(1, 2000, 0.50, b=64), _rec("1s1", 2000, 0.40, b=64, repeat_of=1, seed=1),
             _rec("1s2", 2000, 0.62, b=64, repeat_of=1, seed=2)]
     report = build_report(_cfg(), recs)

@@ -12,7 +12,8 @@ from tune_batch.measure.oom import MemoryCapExceeded, cap_bytes, is_oom_error
     RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB"),
     RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
     RuntimeError("cuDNN error: CUDNN_STATUS_NOT_ENOUGH_WORKSPACE"),
-    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1000000 bytes."),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                 "you tried to allocate 1000000 bytes."),
     MemoryError(),
     MemoryCapExceeded(10, 5),
 ])

@@ -74,7 +74,8 @@ def test_optuna_backend_search_and_the_optuna_cli(tmp_path: Path) -> None:
     assert len(recs) == 3 and [r["trial_id"] for r in recs] == [0, 1, 2]
     assert res.front and (out / "pareto.json").exists() and (out / "results.csv").exists()
     assert "ray" not in {p.name for p in out.iterdir()}
-    p = subprocess.run(["optuna", "trials", "--storage", f"sqlite:///{out / 'study.db'}", "--study-name", "t", "-f", "json"],
+    p = subprocess.run(["optuna", "trials", "--storage", f"sqlite:///{out / 'study.db'}", "--study-name", "t",
+                        "-f", "json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)

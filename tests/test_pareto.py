@@ -24,7 +24,8 @@ def _result(i: int, metrics: dict, status: str = "ok") -> TrialResult:
 )
 def test_front_equals_optunas_best_trials(directions: list[str], data: st.DataObject) -> None:
     n = data.draw(st.integers(1, 14))
-    points = data.draw(st.lists(st.lists(small, min_size=len(directions), max_size=len(directions)), min_size=n, max_size=n))
+    k = len(directions)
+    points = data.draw(st.lists(st.lists(small, min_size=k, max_size=k), min_size=n, max_size=n))
     feasible = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     study = optuna.create_study(directions=directions)
     for p, ok in zip(points, feasible):

@@ -44,7 +44,8 @@ def test_stale_session_dirs_and_their_processes_are_swept(tmp_path: Path) -> Non
     # and one like Ray's agents, which retitle themselves (ray::DashboardAgent): its command line
     # names nothing, but it holds its log open under the session dir
     (stale / "logs").mkdir()
-    agent = subprocess.Popen([sys.executable, "-c", "import os, time; f = open(os.environ['LOG'], 'w'); time.sleep(120)"],
+    agent = subprocess.Popen([sys.executable, "-c",
+                              "import os, time; f = open(os.environ['LOG'], 'w'); time.sleep(120)"],
                              env={**os.environ, "LOG": str(stale / "logs" / "agent.log")})
     try:
         assert _wait_for(lambda: (stale / "logs" / "agent.log").exists())
@@ -95,7 +96,8 @@ def test_an_ok_trial_missing_an_objective_is_not_told_as_a_bad_point() -> None:
     cfg = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "device_util"}])
     rec = TrialResult.from_record({"trial_id": 0, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1},
                                    "status": "ok", "metrics": {"samples_per_s": 100.0},
-                                   "info": {"device_util_note": "NVML read failed during the window after 0 sample(s)"}})
+                                   "info": {"device_util_note":
+                                            "NVML read failed during the window after 0 sample(s)"}})
     assert seam.answer(cfg, rec) is None  # a FAIL for Optuna, not a 0.0
     report = build_report(cfg, [rec])
     assert any("1 ok trial(s) lack an objective (device_util: NVML read failed" in n for n in report.notes)

@@ -26,7 +26,8 @@ from tune_batch.store.records import TrialResult
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(2, 3).flatmap(lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=12)))
+@given(st.integers(2, 3).flatmap(
+    lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=12)))
 def test_hypervolume_equals_optunas(points: list[list[float]]) -> None:  # 2 and 3 objectives
     # ours maximises above (ref, ..); Optuna's minimises below its reference point: negate both
     ours = hypervolume(points)
@@ -35,7 +36,8 @@ def test_hypervolume_equals_optunas(points: list[list[float]]) -> None:  # 2 and
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(4, 5).flatmap(lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=7)))
+@given(st.integers(4, 5).flatmap(
+    lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=7)))
 def test_hypervolume_of_more_objectives_equals_optunas(points: list[list[float]]) -> None:
     # the config accepts up to seven objectives: the hypervolume is exact for any number
     ours = hypervolume(points)
@@ -44,7 +46,8 @@ def test_hypervolume_of_more_objectives_equals_optunas(points: list[list[float]]
 
 
 def _rec(i: int, sps: float, acc: float, status: str = "ok", b: int = 16) -> TrialResult:
-    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": b, "lr": 0.01 * (i + 1), "num_gpus": 1}, "status": status,
+    return TrialResult.from_record({
+            "trial_id": i, "params": {"batch_size": b, "lr": 0.01 * (i + 1), "num_gpus": 1}, "status": status,
             "reason": None if status == "ok" else "out of memory",
             "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc, "peak_mem_bytes": 2**20 * b}
             if status == "ok" else {}, "duration_s": 1.0, "info": {}})
@@ -76,7 +79,8 @@ def test_recommendation_knee_prefer_and_weights() -> None:
         parse_prefer("val_acc=-1", m)
 
 
-def test_best_yaml_is_a_valid_config_of_the_recommended_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_best_yaml_is_a_valid_config_of_the_recommended_point(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     report = build_report(tiny_config(), RECS)
     write_files(report, tmp_path)
     best = load_config(tmp_path / "best.yaml")
@@ -134,7 +138,8 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         return dom[start:end if end > 0 else len(dom)]
 
     # the answer comes first, in words, before any plot
-    assert dom.index('id="tb-answer"') < dom.index('id="tb-seed"') < dom.index('id="tb-heat"') < dom.index('id="tb-front"')
+    assert (dom.index('id="tb-answer"') < dom.index('id="tb-seed"') < dom.index('id="tb-heat"')
+            < dom.index('id="tb-front"'))
     answer = panel("tb-answer")
     rec = report.recommended
     assert f"batch_size {rec.params.batch_size}" in answer and "+-" in answer

@@ -15,7 +15,8 @@ from tune_batch.store.rundir import RunDir, load_records
 
 
 def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5, b: int = 16) -> TrialResult:
-    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
+    return TrialResult.from_record({
+            "trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
             "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc} if status == "ok" else {},
             "duration_s": 1.0, "info": {}})
 

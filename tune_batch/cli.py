@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("search", help="run a search and print the Pareto front", parents=[common])
     _add_config(s)
-    s.add_argument("--output", "-o", help="run directory (default runs/<name>-<timestamp>); an existing one is continued")
+    s.add_argument("--output", "-o",
+                   help="run directory (default runs/<name>-<timestamp>); an existing one is continued")
     s.add_argument("--address", help="Ray cluster address ('auto' or ray://host:port); default: a local Ray instance")
     s.add_argument("--storage", help="Optuna storage URL to add the trials to (default: RUN_DIR/study.db)")
     s.add_argument("--study-name", help="Optuna study name (default: the config's name)")
@@ -56,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                        parents=[common])
     _add_config(v)
 
-    m = sub.add_parser("max-batch", help="the largest batch size that fits under resources.device_memory, in few probes",
+    m = sub.add_parser("max-batch",
+                       help="the largest batch size that fits under resources.device_memory, in few probes",
                        parents=[common])
     _add_config(m)
 
@@ -66,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--batch-size", type=int, required=True)
     pr.add_argument("--lr", type=float, required=True)
     pr.add_argument("--num-gpus", type=int, default=1)
-    pr.add_argument("--output", "-o", help="run directory for the record and the trace (default runs/<name>-probe-<timestamp>)")
+    pr.add_argument("--output", "-o",
+                    help="run directory for the record and the trace (default runs/<name>-probe-<timestamp>)")
 
     r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl", parents=[common])
     r.add_argument("run_dir")
@@ -82,7 +85,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     preflight(cfg)  # the checks a search makes before it writes anything: model, data, batch sizes
     print(f"{args.config}: valid ({cfg.name}: {len(cfg.space.batch_choices())} batch sizes x lr "
           f"[{cfg.space.lr.low:g}, {cfg.space.lr.high:g}] x num_gpus {cfg.space.num_gpus}; "
-          f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; objectives {', '.join(cfg.metric_names)})")
+          f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; "
+          f"objectives {', '.join(cfg.metric_names)})")
     return 0
 
 
@@ -134,7 +138,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     run = RunDir(args.run_dir)
     if not run.exists():
-        raise UserError(f"run_dir {args.run_dir!r}: no config.yaml there; give a directory written by 'tune-batch search'")
+        raise UserError(f"run_dir {args.run_dir!r}: no config.yaml there; give a directory written by "
+                        "'tune-batch search'")
     cfg = run.load_config()
     records, warnings = run.records()
     report = decide(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names))

@@ -160,7 +160,8 @@ def parse_prefer(text: str | None, metrics: Sequence[str]) -> Prefer:
         return text
     if "=" not in text:
         if text not in metrics:
-            raise UserError(f"--prefer {text!r}: not an objective; allowed: {allowed} (or weights like samples_per_s=2,val_acc=1)")
+            raise UserError(f"--prefer {text!r}: not an objective; allowed: {allowed} "
+                            f"(or weights like samples_per_s=2,val_acc=1)")
         return text
     weights: dict[str, float] = {}
     for part in text.split(","):

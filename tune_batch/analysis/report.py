@@ -95,7 +95,8 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
     a_m, b_m = point.metrics.peak_mem_bytes, rec.metrics.peak_mem_bytes
     if a_m is not None and b_m is not None:
         d = (a_m - b_m) / 2**20
-        out.append(f"memory headroom {(cap - a_m) / 2**20:.0f} MiB ({-d:+.0f} MiB)" if cap else f"{d:+.0f} MiB peak memory")
+        out.append(f"memory headroom {(cap - a_m) / 2**20:.0f} MiB ({-d:+.0f} MiB)" if cap
+                   else f"{d:+.0f} MiB peak memory")
     return out
 
 
@@ -147,7 +148,8 @@ def nothing_learned(config: Config, front_pts: list[Point], records: Sequence[Tr
     # the seeds' spread where measured, and at least the binomial sampling noise of the validation set
     if best.mean["val_acc"] - max(best.ci.get("val_acc") or 0.0, floor - chance) > chance:
         return None
-    return (f"nothing was learned: the best val_acc on the front, {best.mean['val_acc']:.3f} (trial {best.trial.trial_id}), "
+    return (f"nothing was learned: the best val_acc on the front, {best.mean['val_acc']:.3f} "
+            f"(trial {best.trial.trial_id}), "
             f"is within noise of chance ({chance:.3f}, the majority class); no recommendation from these trials "
             f"(a longer budget.train_samples or confirmation runs would tell)")
 

@@ -54,7 +54,8 @@ class Objective:
     """``study.optimize(Objective(config), n_trials=...)``: each call runs one measured trial.
 
     Returns the objective values in the config's order; sets the ``memory`` and ``space``
-    constraints (the ``constraints`` list, see ``study.CONSTRAINTS_ATTR``) and the user attributes ``status``, ``reason`` and
+    constraints (the ``constraints`` list, see ``study.seam.CONSTRAINTS_ATTR``) and the user attributes ``status``,
+    ``reason`` and
     ``metrics``. ``extra_space(trial) -> dict`` suggests the user's own hyperparameters in the
     same trial; they are passed to ``pkg.module:function`` model and data builders as keyword
     arguments and kept in the record's params. ``run_dir``: also append each record there.
@@ -128,7 +129,8 @@ def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | Conf
             res = confirm_run(cfg, job.params, trial_id=job.trial_id, confirm_of=job.confirm_of,
                               extra=job.params.extra or None)
         else:
-            res = run_trial(cfg, job.params, trial_id=job.trial_id, extra=job.params.extra or None, run_dir=run_dir.path)
+            res = run_trial(cfg, job.params, trial_id=job.trial_id, extra=job.params.extra or None,
+                            run_dir=run_dir.path)
             res = res.replace(info=res.info.with_(repeat_of=job.repeat_of, seed=job.seed))
         run_dir.append(res)
         progress.finished(res)

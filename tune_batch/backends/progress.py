@@ -76,7 +76,8 @@ class Progress:
         p = rec.params
         what = f"trial {rec.trial_id} {rec.status.value}: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus}"
         if rec.status is Status.OK:
-            shown = ", ".join(f"{k} {v:.3g}" for k in self.config.metric_names if (v := rec.metrics.value(k)) is not None)
+            shown = ", ".join(f"{k} {v:.3g}" for k in self.config.metric_names
+                              if (v := rec.metrics.value(k)) is not None)
             what += f" -> {shown}"
         elif rec.reason:
             what += f" ({'not counted: ' if rec.info.free_skip else ''}{rec.reason[:80]})"

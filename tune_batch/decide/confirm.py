@@ -137,7 +137,8 @@ class Confirmation:
         return min(reached, key=lambda c: (c.estimate_s or c.time_to_target_s or 0.0, c.long_rank), default=None)
 
     def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
-        return {"prediction": predictions(self, others), "target_metric": TARGET_METRIC, "target": self.target, "target_how": self.target_how,
+        return {"prediction": predictions(self, others), "target_metric": TARGET_METRIC, "target": self.target,
+                "target_how": self.target_how,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "candidates": [c.to_dict() for c in self.candidates],
@@ -272,13 +273,15 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
             "within_1_5x": f"{sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)} of {len(ratios)}",
             "model": "samples to target = E_min x (1 + batch_size / B_noise); B_noise = mean tr(Sigma) / mean |G|^2 "
                      "over the search's trials; E_min from the other confirmed candidates (median); "
-                     "time = samples / samples_per_s of its step (mean over the search's runs of its batch size, any lr)"}
+                     "time = samples / samples_per_s of its step (mean over the search's runs of its batch size, "
+                     "any lr)"}
 
 
 def lines(conf: Confirmation) -> list[str]:
     """The confirmation in the summary's words: per candidate its time to target (or that it
     never reached it), then the ranks' agreement."""
-    goal = f"target val_acc {conf.target:.3f} ({conf.target_how})" if conf.target is not None else f"target {conf.target_how}"
+    goal = (f"target val_acc {conf.target:.3f} ({conf.target_how})" if conf.target is not None
+            else f"target {conf.target_how}")
     out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
     for x in conf.candidates:
         p = x.trial.params
@@ -305,8 +308,9 @@ def lines(conf: Confirmation) -> list[str]:
             out.append(f"  the first two are within one validation interval ({res:.2f} s) of each other: more "
                        f"confirm.evaluations (or confirm.seeds) would tell them apart")
     if conf.agreement is not None:
-        out.append(f"  short vs long budget ranks: Kendall's tau {conf.agreement:+.2f} "
-                   f"({'the short trials ranked these candidates as the long runs did' if conf.agreement == 1 else 'the short trials alone would have ranked them differently'})")
+        same = ("the short trials ranked these candidates as the long runs did" if conf.agreement == 1
+                else "the short trials alone would have ranked them differently")
+        out.append(f"  short vs long budget ranks: Kendall's tau {conf.agreement:+.2f} ({same})")
     pred = predictions(conf, [])
     shown = [f"trial {x['trial_id']} {x['predicted_s']:.2f} s vs {x['measured_s']:.2f} s"
              + (" (its samples/s only from disturbed windows)" if x["disturbed_throughput"] else "")

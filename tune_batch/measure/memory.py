@@ -56,7 +56,8 @@ def step_peak_bytes(step: Callable[[], None]) -> int:
     from torch.profiler._memory_profiler import MemoryProfileTimeline
 
     with quiet_native_stderr():
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                     with_stack=True) as prof:
             step()
     timeline = MemoryProfileTimeline(prof._memory_profile())
     _, sizes = timeline._coalesce_timeline(torch.device("cpu"))

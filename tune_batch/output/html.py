@@ -25,7 +25,8 @@ STATUS_COLOURS = {Status.OK: "#1f77b4", Status.OOM: "#9e9e9e", Status.SKIPPED: "
 
 def _hover(r: TrialResult, metrics: list[str]) -> str:
     p = r.params
-    lines = [f"trial {r.trial_id}: {r.status.value}", f"batch_size {p.batch_size}, lr {p.lr:.3g}, num_gpus {p.num_gpus}"]
+    lines = [f"trial {r.trial_id}: {r.status.value}",
+             f"batch_size {p.batch_size}, lr {p.lr:.3g}, num_gpus {p.num_gpus}"]
     lines += [f"{k} {r.metrics.value(k):.4g}" for k in metrics if r.metrics.value(k) is not None]
     if r.reason:
         lines.append(html.escape(r.reason[:160]))
@@ -116,7 +117,8 @@ def _parallel(report: Report, data: dict[str, Any]) -> Any:
         {"label": "num_gpus", "values": [r.params.num_gpus for r in ok]},
     ] + [{"label": m, "values": [r.metrics.value(m) for r in ok]} for m in data["metrics"]]
     colour = [1 if r.trial_id in data["front_ids"] else 0 for r in ok]
-    fig = go.Figure(go.Parcoords(line={"color": colour, "colorscale": [[0, "#aec7e8"], [1, "#d62728"]]}, dimensions=dims))
+    fig = go.Figure(go.Parcoords(line={"color": colour, "colorscale": [[0, "#aec7e8"], [1, "#d62728"]]},
+                                 dimensions=dims))
     fig.update_layout(height=400, autosize=True)
     return fig
 
@@ -187,7 +189,8 @@ body {{ font-family: sans-serif; max-width: 1024px; margin: 0 auto; padding: 0 1
 .plot {{ width: 100%; overflow-x: auto; }} .scroll {{ overflow-x: auto; }} p.answer {{ font-size: 1.25em; }}
 #tb-answer {{ background: #fffbe6; border: 1px solid #f0e0a0; padding: 0.5em 1em; }}
 table {{ border-collapse: collapse; font-size: 12px; }} td, th {{ border: 1px solid #ddd; padding: 2px 6px; }}
-tr.oom, tr.skipped, tr.failed {{ color: #888; }} tr.front {{ background: #fde0e0; }} tr.recommended {{ background: #fff3b0; font-weight: bold; }}
+tr.oom, tr.skipped, tr.failed {{ color: #888; }} tr.front {{ background: #fde0e0; }} \
+tr.recommended {{ background: #fff3b0; font-weight: bold; }}
 </style></head><body>
 <h1>tune_batch: {html.escape(report.config.name)}</h1>
 {answer_html(report)}

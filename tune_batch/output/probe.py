@@ -80,8 +80,8 @@ def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:
            f"tensor pipes busy {info.tensor_active if info.tensor_active is not None else nan:.3f})"]
           if info.sm_active is not None else []),
         f"  mfu               {m.mfu:.3f}   ({(m.model_flops_per_s or nan) / 1e9:.1f} GFLOP/s of "
-        f"{(info.model_flops_per_sample or nan) / 1e9:.4f} GFLOP/sample; peak {(info.peak_flops_per_s or nan) / 1e9:.1f} "
-        f"GFLOP/s, {info.peak_source})",
+        f"{(info.model_flops_per_sample or nan) / 1e9:.4f} GFLOP/sample; "
+        f"peak {(info.peak_flops_per_s or nan) / 1e9:.1f} GFLOP/s, {info.peak_source})",
         f"  peak_mem_bytes    {(m.peak_mem_bytes or nan) / 2**20:.1f} MiB ({info.peak_mem_method or ''})",
         f"  data_wait_frac    {m.data_wait_frac:.3f}",
         f"  val_acc           {m.val_acc if m.val_acc is not None else nan:.4f}",

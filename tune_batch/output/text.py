@@ -105,7 +105,8 @@ def noise_lines(report: Report) -> list[str]:
         spent = sum(r.duration_s for r in report.repeats)
         total = spent + sum(r.duration_s for r in report.records)
         share = f" ({spent / total:.0%} of the search's trial-seconds)" if total else ""
-        lines.append(f"repeats: {len(report.repeats)} run(s) of front candidates with other seeds, {spent:.0f} s{share}")
+        lines.append(f"repeats: {len(report.repeats)} run(s) of front candidates with other seeds, "
+                     f"{spent:.0f} s{share}")
     return lines
 
 
@@ -127,7 +128,8 @@ def render_summary(report: Report) -> str:
     how = report.method.split(":")[0]
     lines.append(f"Pareto front ({objs}; mean +- 95 % half-width over each config's runs, samples/s over every "
                  f"run of its batch size, any lr: step_runs); * = recommended ({how})"
-                 + ("; *! = recommended, not on the short-budget front" if report.recommended_on_front is False else ""))
+                 + ("; *! = recommended, not on the short-budget front"
+                    if report.recommended_on_front is False else ""))
     lines.append(render_table(report))
     lines += noise_lines(report)
     if report.confirmation is not None:

@@ -89,7 +89,8 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
             RunTag("objectives", ",".join(report.config.metric_names))]
     params = [] if parent.data.params else [
         Param("sampler", report.config.search.sampler), Param("seed", str(report.config.search.seed)),
-        Param("trials", str(report.config.budget.trials)), Param("train_samples", str(report.config.budget.train_samples))]
+        Param("trials", str(report.config.budget.trials)),
+        Param("train_samples", str(report.config.budget.train_samples))]
     if rec is not None:  # tags, not params: a resumed search may recommend another config
         tags += [RunTag(f"recommended_{k}", str(v)) for k, v in rec.params.to_dict().items()]
     metrics = [Metric("hypervolume", float(report.hypervolume), now, 0)] if report.hypervolume is not None else []

@@ -16,8 +16,9 @@ from tune_batch.output.text import noise_lines, tradeoff_lines
 from tune_batch.store.records import Status, TrialResult
 
 #: axis titles with units for the metrics a report plots
-UNITS = {"samples_per_s": "samples/s", "val_acc": "validation accuracy (0-1)", "device_util": "device utilization (0-1)",
-         "mfu": "MFU (0-1)", "peak_mem_bytes": "peak memory (bytes)", "energy_j_per_sample": "energy (J/sample)",
+UNITS = {"samples_per_s": "samples/s", "val_acc": "validation accuracy (0-1)",
+         "device_util": "device utilization (0-1)", "mfu": "MFU (0-1)", "peak_mem_bytes": "peak memory (bytes)",
+         "energy_j_per_sample": "energy (J/sample)",
          "goodput": "goodput (samples/s x statistical efficiency)", "data_wait_frac": "time waiting for data (0-1)"}
 
 
@@ -153,7 +154,8 @@ def heat_figure(report: Report) -> Any:
     rec = report.recommended
     if rec is not None:
         fig.add_trace(go.Scatter(x=[rec.params.batch_size], y=[rec.params.lr], mode="markers", name="recommended",
-                                 marker={**STAR, "size": 22, "color": "rgba(0,0,0,0)", "line": {"color": "black", "width": 2}}))
+                                 marker={**STAR, "size": 22, "color": "rgba(0,0,0,0)",
+                                         "line": {"color": "black", "width": 2}}))
     _batch_axis(fig, [r.params.batch_size for r in report.records])
     fig.update_yaxes(type="log", title_text="learning rate (log)")
     fig.update_layout(height=380, autosize=True, margin={"l": 60, "r": 20, "t": 30, "b": 60},

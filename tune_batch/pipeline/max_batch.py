@@ -48,7 +48,8 @@ def probe_trial(config: Config, num_gpus: int = 1, steps: int = 2) -> ProbeFn:
         budget = config.budget.model_copy(update={"train_samples": batch_size * (steps + 1), "warmup_steps": 1})
         profile = config.profile.model_copy(update={"enabled": False})
         cfg = config.model_copy(update={"budget": budget, "profile": profile})
-        res = run_trial(cfg, {"batch_size": batch_size, "lr": config.space.lr.low, "num_gpus": num_gpus}, validate=False)
+        res = run_trial(cfg, {"batch_size": batch_size, "lr": config.space.lr.low, "num_gpus": num_gpus},
+                        validate=False)
         return Probe(batch_size, res.status.value, res.metrics.peak_mem_bytes, res.duration_s, res.reason)
 
     return probe
@@ -121,11 +122,13 @@ def max_batch(config: Config, num_gpus: int = 1, probe: ProbeFn | None = None) -
 
     from tune_batch.workload import build_datasets
 
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory if torch.cuda.is_available() else None
+    total = (torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+             if torch.cuda.is_available() else None)
     cap = cap_bytes(config.resources.device_memory, total)
     if cap is None:
         if total is None:
-            raise UserError("max-batch: on a CPU it needs resources.device_memory as a size, e.g. --set resources.device_memory=2GiB")
+            raise UserError("max-batch: on a CPU it needs resources.device_memory as a size, "
+                            "e.g. --set resources.device_memory=2GiB")
         cap = total
     ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
     smallest = min(config.space.batch_choices()) // num_gpus
@@ -141,7 +144,8 @@ def render(result: MaxBatchResult, num_gpus: int = 1) -> str:
         lines.append(f"  {i}. batch_size {p.batch_size:6d} per worker: {p.status:4s} peak {peak}  ({p.seconds:.1f} s)")
     if result.fit is not None:
         f = result.fit
-        lines.append(f"memory model: peak = {f.intercept_bytes / 2**20:.1f} MiB + {f.slope_bytes / 2**20:.3f} MiB x batch "
+        lines.append(f"memory model: peak = {f.intercept_bytes / 2**20:.1f} MiB + "
+                     f"{f.slope_bytes / 2**20:.3f} MiB x batch "
                      f"({f.n_points} points)")
         b = max(1, f.batch_range[0])
         curve = []
@@ -152,5 +156,6 @@ def render(result: MaxBatchResult, num_gpus: int = 1) -> str:
     if result.batch_size is None:
         lines.append(f"max-batch: {result.message}")
     else:
-        lines.append(f"max-batch: batch_size {result.batch_size * num_gpus} (per worker {result.batch_size}, num_gpus {num_gpus}): {result.message}")
+        lines.append(f"max-batch: batch_size {result.batch_size * num_gpus} (per worker {result.batch_size}, "
+                     f"num_gpus {num_gpus}): {result.message}")
     return "\n".join(lines)

@@ -74,8 +74,9 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     with out.lock():
         searched = [r for r in out.records()[0] if r.trial_id != "probe"]
         if searched:
-            raise UserError(f"--output {str(out.path)!r} holds a search ({len(searched)} trial record(s)): a probe there "
-                            f"would rewrite its config.yaml and mix its records; give the probe its own --output")
+            raise UserError(f"--output {str(out.path)!r} holds a search ({len(searched)} trial record(s)): "
+                            f"a probe there would rewrite its config.yaml and mix its records; give the probe its "
+                            f"own --output")
         out.prepare(config, force=True)
         res = run_trial(config, {"batch_size": batch_size, "lr": lr, "num_gpus": num_gpus}, trial_id="probe",
                         run_dir=out.path)

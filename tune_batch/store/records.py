@@ -231,7 +231,9 @@ class TrialResult:
     @property
     def kind(self) -> str:
         """``trial`` (searched), ``repeat`` (another seed) or ``confirm`` (a confirmation run)."""
-        return "repeat" if self.info.repeat_of is not None else "confirm" if self.info.confirm_of is not None else "trial"
+        if self.info.repeat_of is not None:
+            return "repeat"
+        return "confirm" if self.info.confirm_of is not None else "trial"
 
     @property
     def feasible(self) -> bool:

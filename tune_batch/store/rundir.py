@@ -199,7 +199,8 @@ class RunDir:
         try:
             raw = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as e:
-            raise RunDirError(f"{self.config_path} cannot be read ({type(e).__name__}); it is not a run's config") from e
+            raise RunDirError(f"{self.config_path} cannot be read ({type(e).__name__}); "
+                              f"it is not a run's config") from e
         if not isinstance(raw, dict):
             raise RunDirError(f"{self.config_path} is not a run's config (a {type(raw).__name__})")
         return config_from_dict(raw, source=str(self.config_path))

@@ -67,7 +67,8 @@ class FeasibilityModel:
             pred = fit.predict(per_worker)
             if pred > self.cap_bytes:
                 return (f"memory: predicted peak {pred / 2**20:.1f} MiB > cap {self.cap_bytes / 2**20:.1f} MiB "
-                        f"(fit over per-worker batches {fit.batch_range[0]}-{fit.batch_range[1]}, {fit.n_points} points)")
+                        f"(fit over per-worker batches {fit.batch_range[0]}-{fit.batch_range[1]}, "
+                        f"{fit.n_points} points)")
         return None
 
 

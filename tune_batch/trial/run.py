@@ -172,14 +172,16 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
     gns, eff, gns_info = gns_figures(config, params, t.gns, step_s * plan.total)
-    metrics = Metrics(grad_noise_scale=gns, goodput=sps * eff if eff is not None else None, samples_per_s=sps, samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
+    metrics = Metrics(grad_noise_scale=gns, goodput=sps * eff if eff is not None else None, samples_per_s=sps,
+                      samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
                       model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, data_wait_frac=wait_frac,
                       timed_s=window_s, step_time_s=step_s,
                       energy_j_per_sample=energy / samples if energy is not None else None,
                       duration_s=time.perf_counter() - start, other=dict(t.scores))
     info = TrialInfo(
         host=socket.gethostname(), pid=os.getpid(), device=device_name(device, threads), data=t.data,
-        seed=config.search.seed, chance_acc=t.chance_acc, others_cpu_frac=t.window.cpu.others_cpu_frac, steal_frac=t.window.cpu.steal_frac,
+        seed=config.search.seed, chance_acc=t.chance_acc, others_cpu_frac=t.window.cpu.others_cpu_frac,
+        steal_frac=t.window.cpu.steal_frac,
         disturbed=t.window.cpu.disturbed or bool(telemetry.get("other_gpu_processes")),
         world_size=world, per_worker_batch=params.batch_size // world,
         nodes=sorted(set(collective.all_gather(socket.gethostname(), world))),
@@ -202,7 +204,8 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
 
 
 def _sample_shape(sample: Any) -> tuple[int, ...]:
-    first = sample[0] if isinstance(sample, list | tuple) else next(iter(sample.values())) if isinstance(sample, dict) else sample
+    first = (sample[0] if isinstance(sample, list | tuple)
+             else next(iter(sample.values())) if isinstance(sample, dict) else sample)
     return tuple(first.shape) if isinstance(first, torch.Tensor) else ()
 
 

@@ -48,7 +48,7 @@ class Window:
     wait_s: float
     cuda_peak_bytes: int | None  # the allocator's peak over the budget's own steps
     cpu: CpuWindow
-    gpu: Any  # measure.nvml.GpuWindow, or None
+    gpu: Any  # measure.gpu_window.GpuWindow, or None
     gpu_note: str | None
     blocks: tuple[tuple[int, float], ...] = ()  # (steps, seconds) of each timed block: the scatter
 

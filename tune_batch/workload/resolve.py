@@ -39,7 +39,8 @@ def resolve_callable(spec: str, field: str) -> Callable[..., Any]:
                                 f"({type(e).__name__}: {e})") from e
         raise WorkloadError(f"{field} = {spec!r}: {module_name!r} has no attribute {attr!r}") from e
     except Exception as e:  # any import-time failure of user code is the user's to fix
-        raise WorkloadError(f"{field} = {spec!r}: module {module_name!r} does not import ({type(e).__name__}: {e})") from e
+        raise WorkloadError(f"{field} = {spec!r}: module {module_name!r} does not import "
+                            f"({type(e).__name__}: {e})") from e
     if not callable(obj):
         raise WorkloadError(f"{field} = {spec!r}: {attr!r} is a {type(obj).__name__}, not a callable")
     return obj

@@ -149,7 +149,8 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
         train_loop_config={"config": config.to_dict(), "params": params.to_dict(), "trial_id": trial_id,
                            "start_token": token,
                            "callables": registered(),
-                           "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate, "extra": extra},
+                           "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate,
+                           "extra": extra},
         scaling_config=ray.train.ScalingConfig(num_workers=n, use_gpu=use_gpu, resources_per_worker={
             "CPU": cpus_per_worker, **({"GPU": 1.0} if use_gpu else {})}),
         run_config=ray.train.RunConfig(name=f"trial-{trial_id}-{uuid.uuid4().hex[:8]}",

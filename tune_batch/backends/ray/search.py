@@ -36,7 +36,8 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
                        for n in plan.gpu_choices if n > 1)
     progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
-                 f"{plan.request(1)}; up to {plan.concurrent} at a time" + (f"; worker groups: {groups}" if groups else ""))
+                 f"{plan.request(1)}; up to {plan.concurrent} at a time"
+                 + (f"; worker groups: {groups}" if groups else ""))
 
 
 def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], tune_config: tune.TuneConfig,
@@ -64,7 +65,8 @@ def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any
         storage=storage, study_name=study_name, config=config, policy=policy, on_skip=records.free_skip,
     )
     trainable = tune.with_resources(
-        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()), plan=plan,
+        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()),
+                             plan=plan,
                              callables=registered()),
         plan.for_trial,
     )
