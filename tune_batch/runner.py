@@ -144,7 +144,7 @@ def _repeats_of(config: Config, records: list[TrialResult]) -> list[RepeatJob]:
 def _confirms_of(config: Config, records: list[TrialResult]) -> list[ConfirmJob]:
     """The confirmation runs still needed, once the search and its repeats are complete: the
     candidates of the report of both (the same on a resumed search)."""
-    if config.train.evaluate is not None:  # time to target is read on the built-in val_acc
+    if config.confirm_metric is None:  # train.evaluate measures no objective to read time to target on
         return []
     searched = [r for r in latest_per_trial(records) if r.searched]
     if budget_used(searched) < config.budget.trials or _repeats_of(config, records):
@@ -290,9 +290,9 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     for w in warnings:
         progress.warn(w)
     progress.records = list(done)  # the front and counts include trials already finished
-    if config.train.evaluate is not None and config.confirm.candidates > 0:
-        progress.say("confirmation: off: it reads time to a val_acc target from the built-in evaluation, and "
-                     "train.evaluate replaces it")
+    if config.confirm_metric is None and config.confirm.candidates > 0:
+        progress.say("confirmation: off: none of the objectives is a metric train.evaluate returns, to read time to "
+                     "target on (confirm.metric)")
     used_before = budget_used(done)
     if resumed:
         progress.say(f"continuing {run_dir.path}: {used_before} trial(s) already finished, "
