@@ -628,7 +628,7 @@ def _summary(args: argparse.Namespace, cases: list, med: dict, per_seed: dict) -
               + (f"; loses in: {', '.join(losses)}" if losses else ""))
     _versus_random(default, keys, per_seed)
     # the search seeds' share of the noise in the headline: a case's median over 20 seeds moves
-    # with the seeds (README: the same code scored one case 0.848 on seeds 0-19, 0.791 on 20-79)
+    # with the seeds (docs/benchmarks.md: the same code scored one case 0.848 on seeds 0-19, 0.791 on 20-79)
     worst = min(x[0] for x in d)
     lo, hi = worst_case_interval([per_seed[(g, cap, default, 0.25)] for g, cap in keys])
     below = []

@@ -352,3 +352,25 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
     alone = decide(cfg, plain + runs)
     assert alone.recommended.trial_id == 0 and all(c.estimate_s == c.time_to_target_s
                                                    for c in alone.confirmation.candidates)
+
+
+def test_a_loss_is_reached_from_above_and_the_metric_is_checked_at_load() -> None:
+    from tune_batch.config import load_config
+    from tune_batch.errors import ConfigError
+
+    curve = [[100, 1.0, 2.0, 2.0], [200, 2.0, 1.5, 1.5], [300, 3.0, 1.0, 1.0]]
+    assert first_reach(curve, 1.4, maximize=False) == (3.0, 300)
+    assert first_reach(curve, 1.4) == (1.0, 100)  # as an accuracy: already above it
+    assert first_reach(curve, 0.5, maximize=False) is None
+    from tests.conftest import REPO
+
+    lm = REPO / "configs" / "tiny_lm.yaml"
+    assert load_config(lm).confirm_metric == ("val_loss", "minimize")
+    assert load_config(lm, ["confirm.metric=val_perplexity", "objectives=[{metric: val_perplexity, direction: "
+                                                               "minimize}]"]).confirm_metric[0] == "val_perplexity"
+    with pytest.raises(ConfigError, match="confirm.metric = 'val_bleu': allowed: val_acc or an objective"):
+        load_config(lm, ["confirm.metric=val_bleu"])
+    with pytest.raises(ConfigError, match="a val_acc target must be in"):
+        load_config(REPO / "configs" / "quickstart.yaml", ["confirm.target=3"])
+    assert tiny_config().confirm_metric == ("val_acc", "maximize")
+    assert parse_prefer("device_seconds_to_target", ["samples_per_s"]) == "device_seconds_to_target"

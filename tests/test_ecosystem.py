@@ -111,7 +111,7 @@ def _looked_up(config, params, trial_id=None, **_):  # a trial's result looked u
                     reason="needs chromium and optuna-dashboard (pip install optuna-dashboard)")
 def test_optuna_dashboard_names_the_objectives_and_sees_the_constraints(tmp_path: Path) -> None:
     from tune_batch.optuna import Objective
-    from tune_batch.study import seam as seam
+    from tune_batch.study import seam
 
     cfg = tiny_config(space={"batch_size": [16, 32, 64]})  # the three default objectives
     storage = f"sqlite:///{tmp_path / 'study.db'}"

@@ -91,7 +91,7 @@ def test_device_util_without_nvml_is_refused_before_anything_runs(monkeypatch) -
 def test_an_ok_trial_missing_an_objective_is_not_told_as_a_bad_point() -> None:
     from tune_batch.analysis.report import build_report
     from tune_batch.store.records import TrialResult
-    from tune_batch.study import seam as seam
+    from tune_batch.study import seam
 
     cfg = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "device_util"}])
     rec = TrialResult.from_record({"trial_id": 0, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1},

@@ -21,7 +21,7 @@ from tune_batch.decide.confirm import ConfirmJob
 from tune_batch.decide.repeats import RepeatJob, seeded
 from tune_batch.store.records import Params, Status, TrialResult, budget_used
 from tune_batch.store.rundir import RunDir
-from tune_batch.study import seam as seam
+from tune_batch.study import seam
 from tune_batch.study import space as space_mod
 from tune_batch.study.admission import FREE_SKIPS_IN_A_ROW, Policy
 from tune_batch.study.samplers import make_sampler, probe_rule
@@ -136,32 +136,43 @@ def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | Conf
         progress.finished(res)
 
 
+def _search_stage(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
+                  policy: Policy, fresh: bool, sampler_seed: int | None) -> None:
+    """The search itself: ``config.budget.trials`` trials on the stored study, in this process."""
+    seed = config.search.seed if sampler_seed is None else sampler_seed
+    sampler = make_sampler(config.search.sampler, seed, config.budget.trials, probe_rule(config))
+    study = seam.create(config, storage, study_name, sampler)
+    if fresh and not study.trials:
+        for point in space_mod.seed_points(config, [1]):
+            study.enqueue_trial(point)
+    progress.say(f"optuna: in-process, sampler {config.search.sampler}, study {study_name!r}")
+    import torch
+
+    warning = utilization_warning(config, torch.cuda.device_count())
+    if warning:
+        progress.warn(warning)
+    objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy, free_skips=True)
+
+    def stop_if_signalled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if received["signal"] is not None:
+            study.stop()  # after the running trial, which is recorded
+
+    with graceful():
+        optimize(study, objective, config.budget.trials, [stop_if_signalled], gc_after_trial=True)
+
+
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
                policy: Policy, fresh: bool = True, plan_repeats: Callable[[], list[RepeatJob]] | None = None,
-               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None) -> None:
-    """Run ``config.budget.trials`` trials in this process on the stored study, then the
-    repeats ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for."""
-    if config.budget.trials > 0:
-        seed = config.search.seed if sampler_seed is None else sampler_seed
-        sampler = make_sampler(config.search.sampler, seed, config.budget.trials, probe_rule(config))
-        study = seam.create(config, storage, study_name, sampler)
-        if fresh and not study.trials:
-            for point in space_mod.seed_points(config, [1]):
-                study.enqueue_trial(point)
-        progress.say(f"optuna: in-process, sampler {config.search.sampler}, study {study_name!r}")
-        import torch
-
-        warning = utilization_warning(config, torch.cuda.device_count())
-        if warning:
-            progress.warn(warning)
-        objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy, free_skips=True)
-
-        def stop_if_signalled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-            if received["signal"] is not None:
-                study.stop()  # after the running trial, which is recorded
-
-        with graceful():
-            optimize(study, objective, config.budget.trials, [stop_if_signalled], gc_after_trial=True)
+               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None,
+               trials_left: int | None = None) -> None:
+    """Run ``trials_left`` trials (all of ``budget.trials`` when None) in this process on the
+    stored study, then the repeats ``plan_repeats`` asks for, then the confirmation runs
+    ``plan_confirm`` asks for."""
+    left = config.budget.trials if trials_left is None else trials_left
+    if left > 0:
+        searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": left})})
+        _search_stage(searching, run_dir, storage=storage, study_name=study_name, progress=progress, policy=policy,
+                      fresh=fresh, sampler_seed=sampler_seed)
     # the stages after the search, each planned from the records the one before it left
     stages: list[tuple[Callable[[], Sequence[RepeatJob | ConfirmJob]] | None, Callable[[int], None]]] = [
         (plan_repeats, progress.repeating), (plan_confirm, progress.confirming)]

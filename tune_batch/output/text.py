@@ -1,5 +1,6 @@
-"""The report's text forms: the front as a table, the summary a search prints, and the flat row
-of one record (CSV, table). The report itself is data (``analysis.report``)."""
+"""The report's text forms: the front as a table, the summary a search prints (with the
+confirmation in its words), and the flat row of one record (CSV, table). The report itself is
+data (``analysis.report``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from tune_batch.analysis.points import SHOWN_LEVELS
 from tune_batch.analysis.report import Report
-from tune_batch.decide.confirm import lines as confirm_lines
+from tune_batch.decide.confirm import Confirmation, first_reach, predictions, step_before
 from tune_batch.store.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
@@ -149,3 +150,67 @@ def tradeoff_lines(report: Report) -> list[str]:
     rec = report.recommended
     return [f"trial {r.trial_id} instead (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
             + ", ".join(report.tradeoffs.get(r.trial_id, [])) for r in report.front if rec is not None and r is not rec]
+
+
+def confirm_lines(conf: Confirmation) -> list[str]:
+    """The confirmation in the summary's words: per candidate its time to target (or that it
+    never reached it), then the ranks' agreement."""
+    goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
+            else f"target {conf.target_how}")
+    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
+    for x in conf.candidates:
+        p = x.trial.params
+        spread = ""
+        hits = [h[0] for h in (first_reach(r.info.curve or [], conf.target, conf.maximize) for r in x.runs)
+                if h is not None]
+        if len(hits) > 1:
+            spread = f" (runs {min(hits):.2f}-{max(hits):.2f} s)"
+        reach = (f"reached in {x.time_to_target_s:.2f} s of training{spread}, {x.samples_to_target:.0f} samples"
+                 if x.time_to_target_s is not None else f"never reached it (best {x.best_acc:.4g})")
+        if x.estimate_s is not None and x.estimate_s != x.time_to_target_s:
+            reach += f" (ranked at {x.estimate_s:.2f} s with its prediction)"
+        if p.num_gpus > 1 and x.device_seconds_to_target is not None:
+            reach += f", {x.device_seconds_to_target:.2f} device-s"
+        several = any(c.trial.params.num_gpus > 1 for c in conf.candidates)
+        gpus = f" num_gpus={p.num_gpus}" if several else ""
+        out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}{gpus}; "
+                   f"short-budget rank {x.short_rank}): {reach}; {x.reached} of {len(x.runs)} run(s) reached it")
+    counts = conf.gpu_counts()
+    if len(counts) > 1:
+        out.append("  by GPU count: " + "; ".join(_count_line(g) for g in counts))
+    reached = [x for x in conf.candidates if x.time_to_target_s is not None]
+    if conf.best is not None and reached and conf.best is not reached[0]:
+        first = reached[0]
+        out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: its runs' time and "
+                   f"its predicted time together ({conf.best.estimate_s:.2f} s) are the shortest; "
+                   f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together)")
+    if len(reached) >= 2:
+        a, b = reached[0], reached[1]
+        res = max(step_before(r.info.curve or [], conf.target, conf.maximize) or 0.0 for r in (*a.runs, *b.runs))
+        if b.time_to_target_s - a.time_to_target_s <= res:
+            out.append(f"  the first two are within one validation interval ({res:.2f} s) of each other: more "
+                       f"confirm.evaluations (or confirm.seeds) would tell them apart")
+    if conf.agreement is not None:
+        same = ("the short trials ranked these candidates as the long runs did" if conf.agreement == 1
+                else "the short trials alone would have ranked them differently")
+        out.append(f"  short vs long budget ranks: Kendall's tau {conf.agreement:+.2f} ({same})")
+    pred = predictions(conf, [])
+    shown = [f"trial {x['trial_id']} {x['predicted_s']:.2f} s vs {x['measured_s']:.2f} s"
+             + (" (its samples/s only from disturbed windows)" if x["disturbed_throughput"] else "")
+             for x in pred["confirmed"] if x["ratio"] is not None]
+    if shown:
+        out.append(f"  time to target predicted from the search's gradient noise scale (B_noise "
+                   f"{pred['grad_noise_scale']:.0f} over {pred['grad_noise_scale_trials']} trials; leave one out) "
+                   f"vs measured: {'; '.join(shown)} ({pred['within_1_5x']} within 1.5x)")
+    for r in conf.failed:
+        out.append(f"  confirmation run {r.trial_id} ended {r.status.value}: {r.reason}")
+    return out
+
+
+def _count_line(g: dict[str, Any]) -> str:
+    eff = g["scaling_efficiency"]
+    scale = f", scaling efficiency {eff:.2f}" if eff is not None else ", scaling efficiency not measured"
+    if g["time_to_target_s"] is None:
+        return f"{g['num_gpus']}: none of {g['candidates']} reached the target{scale}"
+    return (f"{g['num_gpus']}: {g['time_to_target_s']:.2f} s wall, {g['device_seconds_to_target']:.2f} device-s "
+            f"(trial {g['trial_id']}){scale}")

@@ -11,8 +11,7 @@ from typing import Any
 
 from tune_batch.analysis.objectives import is_feasible
 from tune_batch.analysis.report import Report
-from tune_batch.decide.confirm import lines as confirm_lines
-from tune_batch.output.text import noise_lines, tradeoff_lines
+from tune_batch.output.text import confirm_lines, noise_lines, tradeoff_lines
 from tune_batch.store.records import Status, TrialResult
 
 #: axis titles with units for the metrics a report plots

@@ -145,7 +145,7 @@ def _repeats_of(config: Config, records: list[TrialResult]) -> list[RepeatJob]:
 def _confirms_of(config: Config, records: list[TrialResult]) -> list[ConfirmJob]:
     """The confirmation runs still needed, once the search and its repeats are complete: the
     candidates of the report of both (the same on a resumed search)."""
-    if config.train.evaluate is not None:  # time to target is read on the built-in val_acc
+    if config.confirm_metric is None:  # train.evaluate measures no objective to read time to target on
         return []
     searched = [r for r in latest_per_trial(records) if r.searched]
     if budget_used(searched) < config.budget.trials or _repeats_of(config, records):
@@ -170,8 +170,10 @@ def _stages_pending(config: Config, run_dir: RunDir) -> bool:
 
 def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
                  address: str | None, storage_url: str | None, study_name: str | None, verbose: bool) -> None:
-    """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend."""
-    from tune_batch.study import seam as seam
+    """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend, then
+    the stages after the search. The stages' jobs get the whole config: only the search stage
+    runs the trials left (a remaining budget of 0 is no valid config in a trial process)."""
+    from tune_batch.study import seam
 
     storage = seam.open_storage(storage_url or run_dir.study_url)
     name = study_name or config.name
@@ -182,8 +184,7 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         progress.warn(f"the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
                       f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
         fresh = False
-    budget = config.budget.model_copy(update={"trials": max(0, config.budget.trials - budget_used(done))})
-    run_config = config.model_copy(update={"budget": budget})
+    trials_left = max(0, config.budget.trials - budget_used(done))
     policy = Policy(config, done)
     plan_repeats = partial(_plan_repeats, config, run_dir)
     plan_confirm = partial(_plan_confirm, config, run_dir)
@@ -194,16 +195,17 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         if config.search.backend == "optuna":
             from tune_batch.backends import local as local_backend
 
-            local_backend.run_search(_one_worker_only(run_config, progress), run_dir, storage=storage,
+            local_backend.run_search(_one_worker_only(config, progress), run_dir, storage=storage,
                                       study_name=name, progress=progress, policy=policy, fresh=fresh,
-                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed)
+                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed,
+                                      trials_left=trials_left)
         else:
             from tune_batch.backends import ray as ray_backend
 
-            ray_backend.run_search(run_config, run_dir, storage=storage, study_name=name, progress=progress,
+            ray_backend.run_search(config, run_dir, storage=storage, study_name=name, progress=progress,
                                    policy=policy, address=address or config.search.address, verbose=verbose,
                                    fresh=fresh, plan_repeats=plan_repeats, plan_confirm=plan_confirm,
-                                   sampler_seed=sampler_seed)
+                                   sampler_seed=sampler_seed, trials_left=trials_left)
 
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
@@ -229,7 +231,7 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
     progress = Progress(config, config.budget.trials, quiet=quiet)
     progress.say(f"workload: {preflight(config)}")
     if storage_url:  # a bad URL is refused before anything is written
-        from tune_batch.study import seam as seam
+        from tune_batch.study import seam
 
         seam.open_storage(storage_url)
     check_address(address or config.search.address)
@@ -250,7 +252,7 @@ def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url
     the run directory on it, so Optuna's own views and plots read like the report."""
     if not records_exist(run_dir):
         return
-    from tune_batch.study import seam as seam
+    from tune_batch.study import seam
 
     seam.annotate_study(seam.open_storage(storage_url or run_dir.study_url), study_name or config.name, config,
                         report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()))
@@ -282,14 +284,16 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                    prefer: Prefer) -> SearchResult:
     resumed = run_dir.prepare(config, force=force)
     run_dir.check_appendable()
+    for note in run_dir.set_aside_broken() if resumed else []:
+        progress.warn(note)
     previous, warnings = run_dir.records()
     done = [r for r in latest_per_trial(previous) if r.searched]
     for w in warnings:
         progress.warn(w)
     progress.records = list(done)  # the front and counts include trials already finished
-    if config.train.evaluate is not None and config.confirm.candidates > 0:
-        progress.say("confirmation: off: it reads time to a val_acc target from the built-in evaluation, and "
-                     "train.evaluate replaces it")
+    if config.confirm_metric is None and config.confirm.candidates > 0:
+        progress.say("confirmation: off: none of the objectives is a metric train.evaluate returns, to read time to "
+                     "target on (confirm.metric)")
     used_before = budget_used(done)
     if resumed:
         progress.say(f"continuing {run_dir.path}: {used_before} trial(s) already finished, "

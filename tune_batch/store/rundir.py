@@ -60,10 +60,7 @@ def load_records(path: Path) -> tuple[list[TrialResult], list[str]]:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
-                result = TrialResult.from_record(rec)
+                result = _parse(line)
             except ValueError as e:
                 warnings.append(f"{path.name} line {lineno} is broken and was ignored ({e})")
                 continue
@@ -75,6 +72,49 @@ def load_records(path: Path) -> tuple[list[TrialResult], list[str]]:
                                 f"{', '.join(bad)}; read as failed (not on the front, not in the hypervolume)")
             records.append(result)
     return records, warnings
+
+
+def _parse(line: str) -> TrialResult:
+    """One line of trials.jsonl as a record; ValueError when it is not one."""
+    rec = json.loads(line)
+    if not isinstance(rec, dict):
+        raise ValueError("not an object")
+    return TrialResult.from_record(rec)
+
+
+def set_aside_broken(path: Path) -> list[str]:
+    """Move the lines of ``path`` that are not records (a line cut by a crash) to
+    ``<path>.broken`` (appended), and keep every whole line, byte for byte, in ``path`` (written
+    to a temporary file, fsynced, then renamed over it). Returns one note per line moved."""
+    if not path.exists():
+        return []
+    lines = path.read_bytes().splitlines(keepends=True)
+    keep: list[bytes] = []
+    broken: list[tuple[int, bytes]] = []
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            _parse(raw.decode("utf-8", errors="replace"))
+        except ValueError:
+            broken.append((lineno, raw))
+            continue
+        keep.append(raw if raw.endswith(b"\n") else raw + b"\n")
+    if not broken:
+        return []
+    aside = path.with_name(path.name + ".broken")
+    with aside.open("ab") as f:
+        f.write(b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for _, raw in broken))
+        f.flush()
+        os.fsync(f.fileno())
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(b"".join(keep))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return [f"{path.name} line {lineno} was not a whole record (cut by a crash?): moved to {aside.name}; "
+            f"its trial or run is measured again" for lineno, _ in broken]
 
 
 def _non_finite(result: TrialResult) -> list[str]:
@@ -251,6 +291,12 @@ class RunDir:
         except OSError as e:
             raise RunDirError(f"{self.trials_path} cannot be appended to ({e.strerror}); fix its permissions or use "
                               f"another --output") from e
+
+    def set_aside_broken(self) -> list[str]:
+        """Lines of trials.jsonl that are not records moved to trials.jsonl.broken (see
+        :func:`set_aside_broken`); one note per line."""
+        with self._lock:
+            return set_aside_broken(self.trials_path)
 
     def records(self) -> tuple[list[TrialResult], list[str]]:
         return load_records(self.trials_path)

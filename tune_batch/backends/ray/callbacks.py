@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -12,7 +13,7 @@ from ray import tune
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.ray.trainable import CONTROL_KEYS
 from tune_batch.errors import RecordNotWritten, TuneBatchError
-from tune_batch.store.records import Params, Status, TrialResult
+from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.store.rundir import RunDir
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, first_line
 
@@ -32,11 +33,31 @@ def error_reason(err: BaseException | str | None) -> str:
     e: BaseException | None = err
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if isinstance(e, OWN_FAULTS):
-            return first_line(e)
         inner = getattr(e, "cause", None)
+        if isinstance(e, OWN_FAULTS) and not isinstance(inner, BaseException):
+            return first_line(e)  # (a RayTaskError(ConfigError) is one too: its cause has the message)
         e = inner if isinstance(inner, BaseException) else (e.__cause__ or e.__context__)
     return f"ray: {type(err).__name__}: {first_line(err)}"
+
+
+def trial_error(trial: Any) -> BaseException | str | None:
+    """The error a trial raised: the pickled exception, else its text trace. Read from the
+    trial's local files first: when Tune calls ``on_trial_error`` they are written there, but
+    not yet synced to the storage path ``get_pickled_error`` reads."""
+    from ray import cloudpickle
+
+    for attr, read in (("pickled_error_file", lambda f: cloudpickle.loads(f.read_bytes())),
+                       ("error_file", lambda f: f.read_text(errors="replace"))):
+        with contextlib.suppress(Exception):
+            path = getattr(trial, attr)
+            if path and Path(path).exists():
+                return read(Path(path))
+    for getter in ("get_pickled_error", "get_error"):
+        with contextlib.suppress(Exception):
+            err = getattr(trial, getter)()
+            if err is not None:
+                return err
+    return None
 
 
 def failed_record(trial: Any, reason: str, specs: list[dict[str, Any]] | None = None) -> TrialResult:
@@ -44,7 +65,10 @@ def failed_record(trial: Any, reason: str, specs: list[dict[str, Any]] | None = 
     if specs is not None and "job" in spec:  # a repeat: its job's spec
         spec = dict(specs[spec["job"]])
     params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
-    return TrialResult(spec.get("trial_number"), params, Status.FAILED, reason, ray_trial_id=trial.trial_id)
+    # a repeat or a confirmation run keeps its lineage: never counted as a trial of the search
+    info = TrialInfo(seed=spec.get("seed"), repeat_of=spec.get("repeat_of"), confirm_of=spec.get("confirm_of"))
+    return TrialResult(spec.get("trial_number"), params, Status.FAILED, reason, info=info,
+                       ray_trial_id=trial.trial_id)
 
 
 class Halt(tune.Stopper):
@@ -117,8 +141,4 @@ class Records(tune.Callback):
         if "tb_record" in last:  # the trial reported its record, then errored on purpose (watchdog)
             self._write(TrialResult.from_record(json.loads(last["tb_record"])).replace(ray_trial_id=trial.trial_id))
             return
-        err: Any = None
-        for getter in ("get_pickled_error", "get_error"):  # the exception, else its text trace
-            with contextlib.suppress(Exception):
-                err = err or getattr(trial, getter)()
-        self._write(failed_record(trial, error_reason(err), self.specs))
+        self._write(failed_record(trial, error_reason(trial_error(trial)), self.specs))

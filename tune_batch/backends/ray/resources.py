@@ -72,4 +72,5 @@ def plan_resources(config: Config, cluster: dict[str, float], node_cpus: float) 
         raise UserError("space.num_gpus: no choice left after filtering to the cluster; include 1")
     threads = {n: max(1, int(per // n)) if not gpus else max(1, int(per)) for n in kept}
     concurrent = max(1, gpus if gpus else int(cpus // per))
-    return ResourcePlan(gpus, per, cpus, threads, min(concurrent, config.budget.trials), kept, notes)
+    # at least one: a resumed search with no trial left still runs its repeats and confirmation runs
+    return ResourcePlan(gpus, per, cpus, threads, min(concurrent, max(1, config.budget.trials)), kept, notes)

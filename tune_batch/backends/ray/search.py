@@ -97,16 +97,20 @@ def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence
 def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress, policy: Policy,
                address: str | None = None, verbose: bool = False, fresh: bool = True,
                plan_repeats: Callable[[], list[RepeatJob]] | None = None,
-               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None) -> None:
-    """Run (or continue) the search of ``config`` on Ray Tune, then the repeats of front
-    candidates ``plan_repeats`` asks for, then the confirmation runs ``plan_confirm`` asks for,
-    in the same Ray session; records go to ``run_dir``."""
+               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None,
+               trials_left: int | None = None) -> None:
+    """Run (or continue) the search of ``config`` on Ray Tune (``trials_left`` trials; all of
+    ``budget.trials`` when None), then the repeats of front candidates ``plan_repeats`` asks
+    for, then the confirmation runs ``plan_confirm`` asks for, in the same Ray session; records
+    go to ``run_dir``."""
+    left = config.budget.trials if trials_left is None else trials_left
+    searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": max(1, left)})})
     with ray_session(address, verbose=verbose) as cluster:
         check_client_run_dir(address, str(run_dir.path.resolve()))
-        plan = plan_resources(config, cluster, node_cpus())
+        plan = plan_resources(searching, cluster, node_cpus())
         _announce(config, plan, cluster, progress)
-        if config.budget.trials > 0:
-            _search(config, run_dir, plan, storage=storage, study_name=study_name, progress=progress, policy=policy,
+        if left > 0:
+            _search(searching, run_dir, plan, storage=storage, study_name=study_name, progress=progress, policy=policy,
                     verbose=verbose, fresh=fresh,
                     sampler_seed=config.search.seed if sampler_seed is None else sampler_seed)
         jobs = plan_repeats() if plan_repeats is not None else []

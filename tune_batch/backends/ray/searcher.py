@@ -10,7 +10,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from tune_batch.config import Config
 from tune_batch.store.records import Params, TrialResult
-from tune_batch.study import seam as seam
+from tune_batch.study import seam
 from tune_batch.study.admission import Policy
 
 
