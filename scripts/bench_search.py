@@ -138,7 +138,8 @@ def measure(args: argparse.Namespace) -> None:
             with raw.open("a") as f:  # every run kept as it ends: a crash later loses nothing measured
                 f.write(json.dumps(rec) + "\n")
             m = res.metrics
-            print(f"[repeat {rep + 1}/{args.repeats}, seed {seed}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
+            print(f"[repeat {rep + 1}/{args.repeats}, seed {seed}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: "
+                  f"{res.status} "
                   f"{m.samples_per_s or 0:.0f} samples/s, util {m.device_util or 0:.3f}, "
                   f"val_acc {m.val_acc or 0:.3f}, peak {(m.peak_mem_bytes or 0) / 2**20:.1f} MiB, "
                   f"{res.duration_s:.1f} s" + (" (disturbed window: another process used the machine)"
@@ -225,7 +226,8 @@ def add_seeds(args: argparse.Namespace) -> None:
         "how": "python scripts/bench_search.py --add-seeds with this table's stored config, search.seed set to each "
                "new seed; only each run's status and val_acc are merged (seed_runs)"})
     TABLE.write_text(json.dumps(table, indent=1))
-    print(f"wrote {TABLE} (seeds {table['seeds']}, {runs} runs, {time.time() - t0:.0f} s, {disturbed} disturbed windows)")
+    print(f"wrote {TABLE} (seeds {table['seeds']}, {runs} runs, {time.time() - t0:.0f} s, "
+          f"{disturbed} disturbed windows)")
 
 
 class Replay:
@@ -399,7 +401,8 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     seeded = sampler_name.endswith("+ladder")
     sampler_name = sampler_name.removesuffix("+ladder")
     if sampler_name == "grid":
-        sampler = optuna.samplers.GridSampler({"batch_size": cfg.space.batch_choices(), "lr": rp.lrs, "num_gpus": [1]}, seed=seed)
+        sampler = optuna.samplers.GridSampler({"batch_size": cfg.space.batch_choices(), "lr": rp.lrs, "num_gpus": [1]},
+                                              seed=seed)
     elif sampler_name == "gp-optuna-startup":  # gp as it shipped until 2026-12-01: free skips
         from tune_batch.study.samplers import startup_trials  # counted towards its random start
 
@@ -517,7 +520,8 @@ def replay(args: argparse.Namespace) -> None:
     low = sum(1 for eff in effects for p, _ in eff.values() if p < 0.05)
     print(f"  {low} of {sum(len(eff) for eff in effects)} batch sizes below p=0.05 (chance gives about 1 in 20)")
     t0 = time.time()
-    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.tables, objectives)) as pool:
+    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker,
+                             initargs=(args.tables, objectives)) as pool:
         outs = list(pool.map(_one, tasks, chunksize=4))
     per_case = len(fracs) * len(args.samplers) * args.seeds
     med: dict[tuple[int, str, str, float], tuple[float, float, float]] = {}
@@ -680,7 +684,8 @@ def main() -> None:
     else:
         missing = [t for t in args.tables if not Path(t).exists()]
         if missing:
-            raise SystemExit(f"{missing} missing: run python scripts/bench_search.py --measure --config ... --table ... first")
+            raise SystemExit(f"{missing} missing: run python scripts/bench_search.py --measure --config ... "
+                             f"--table ... first")
         replay(args)
 
 

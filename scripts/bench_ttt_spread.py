@@ -67,7 +67,8 @@ def main() -> None:
     cfg = load_config(args.config, args.set)
     points = [(int(b), float(lr)) for b, lr in (p.split(":") for p in args.points)]
     c = cfg.confirm
-    print(f"{Path(args.config).name}: confirmation runs of {confirm_samples(cfg, 0) if c.epochs is None else f'{c.epochs} epochs'} "
+    length = confirm_samples(cfg, 0) if c.epochs is None else f"{c.epochs} epochs"
+    print(f"{Path(args.config).name}: confirmation runs of {length} "
           f"samples, {c.evaluations} validations; {len(points)} configs x {args.seeds} seeds, interleaved", flush=True)
     t0 = time.time()
     curves: dict[tuple[int, float], list[list]] = {p: [] for p in points}

@@ -255,7 +255,8 @@ def _target(config: Config, name: str, up: bool, best: float, firsts: list[float
         if best <= floor:
             return None, (f"none: nothing was learned in the confirmation runs either (best val_acc {best:.3f}, "
                           f"chance {chance:.3f})")
-        return max(floor, c.target_fraction * best), f"{c.target_fraction:g} x the best val_acc any candidate reached ({best:.3f})"
+        return (max(floor, c.target_fraction * best),
+                f"{c.target_fraction:g} x the best val_acc any candidate reached ({best:.3f})")
     start = statistics.median(firsts)
     if not (best > start if up else best < start):
         return None, f"none: no run improved {name} on its first validation ({start:.4g})"
