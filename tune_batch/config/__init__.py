@@ -1,5 +1,6 @@
-"""The configuration: its ``schema`` (with ``train``'s sections), the YAML ``loading`` with
-``--set`` overrides, and the one-line ``errors`` of validation."""
+"""The configuration: its ``schema`` (with the sections of ``space`` and ``train``), the YAML
+``loading`` with ``--set`` overrides, the one-line ``errors`` of validation, and its generated
+``reference`` (docs/config.md)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from tune_batch.config.schema import (
     RepeatsConfig,
     ResourcesConfig,
     SearchConfig,
-    SpaceConfig,
 )
 from tune_batch.config.sizes import parse_memory
+from tune_batch.config.space import SpaceConfig
 
 __all__ = ["BudgetConfig", "Config", "ConfirmConfig", "DataConfig", "ModelConfig", "ObjectiveConfig", "ProfileConfig",
            "RepeatsConfig", "ResourcesConfig", "SearchConfig", "SpaceConfig", "config_from_dict", "dump_config",

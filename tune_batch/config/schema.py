@@ -6,7 +6,6 @@ what is allowed, in one line (:class:`~tune_batch.errors.ConfigError`).
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Literal
 
@@ -14,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tune_batch.config.metrics import OBJECTIVE_METRICS
 from tune_batch.config.sizes import parse_memory
+from tune_batch.config.space import SpaceConfig
 from tune_batch.config.train import OptimizerConfig, TrainConfig
 from tune_batch.config.train import Section as _Section
 
@@ -57,96 +57,12 @@ class DataConfig(_Section):
         return v
 
 
-class BatchRange(_Section):
-    min: int = Field(16, ge=1)
-    max: int = Field(512, ge=1)
-
-    @model_validator(mode="after")
-    def _powers(self) -> BatchRange:
-        for key in ("min", "max"):
-            v = getattr(self, key)
-            if v & (v - 1):
-                raise ValueError(f"{key} = {v}: must be a power of two (e.g. 16, 32, 64)")
-        if self.min > self.max:
-            raise ValueError(f"min = {self.min} > max = {self.max}: the range is empty")
-        return self
-
-
-class LrRange(_Section):
-    low: float = Field(1e-3, gt=0.0)
-    high: float = Field(1e-1, gt=0.0)
-    log: bool = True
-
-    @model_validator(mode="after")
-    def _order(self) -> LrRange:
-        if not (math.isfinite(self.low) and math.isfinite(self.high)):
-            raise ValueError("low and high must be finite numbers")
-        if self.low > self.high:
-            raise ValueError(f"low = {self.low} > high = {self.high}: need low < high (or low = high for one fixed lr)")
-        return self
-
-
-class SpaceConfig(_Section):
-    batch_size: BatchRange | list[int] = Field(default_factory=BatchRange)
-    """Powers of two in [min, max], or an explicit list of global batch sizes."""
-    lr: LrRange = Field(default_factory=LrRange)
-    num_gpus: list[int] = Field(default_factory=lambda: [1])
-    """Data-parallel worker counts to try (GPUs, or CPU worker processes without GPUs)."""
-    min_batch_per_gpu: int = Field(16, ge=1)
-    """Each worker gets at least this many samples per step (the seed: 16 per GPU)."""
-
-    @field_validator("batch_size")
-    @classmethod
-    def _batch_list(cls, v: BatchRange | list[int]) -> BatchRange | list[int]:
-        if isinstance(v, list):
-            if not v:
-                raise ValueError("the list is empty: give at least one batch size")
-            bad = [b for b in v if b < 1]
-            if bad:
-                raise ValueError(f"{bad[0]} is not allowed: batch sizes must be >= 1")
-            if len(set(v)) != len(v):
-                raise ValueError("the list has duplicates")
-        return v
-
-    @field_validator("num_gpus")
-    @classmethod
-    def _gpus(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("the list is empty: give at least one GPU count, e.g. [1]")
-        bad = [n for n in v if n < 1]
-        if bad:
-            raise ValueError(f"{bad[0]} is not allowed: GPU counts must be >= 1")
-        if len(set(v)) != len(v):
-            raise ValueError("the list has duplicates")
-        return v
-
-    def batch_choices(self) -> list[int]:
-        """All global batch sizes of the space, ascending."""
-        if isinstance(self.batch_size, list):
-            return sorted(self.batch_size)
-        out, b = [], self.batch_size.min
-        while b <= self.batch_size.max:
-            out.append(b)
-            b *= 2
-        return out
-
-    @model_validator(mode="after")
-    def _each_gpu_count_has_a_batch(self) -> SpaceConfig:
-        choices = self.batch_choices()
-        for n in self.num_gpus:
-            need = self.min_batch_per_gpu * n
-            if not any(b % n == 0 and b >= need for b in choices):
-                raise ValueError(
-                    f"num_gpus = {n} needs a batch_size divisible by {n} and >= "
-                    f"min_batch_per_gpu ({self.min_batch_per_gpu}) x {n} = {need}, "
-                    f"but the largest batch_size is {max(choices)}"
-                )
-        return self
-
-
 class ObjectiveConfig(_Section):
     metric: str
+    """A metric every trial measures (samples_per_s, device_util, val_acc, mfu, peak_mem_bytes,
+    data_wait_frac, duration_s, goodput), or a val_* metric that train.evaluate returns."""
     direction: Literal["maximize", "minimize"] = "maximize"
+    """maximize or minimize."""
 
     @field_validator("metric")
     @classmethod
@@ -178,7 +94,7 @@ class BudgetConfig(_Section):
     enough NVML samples; the weights and optimizer state are restored afterwards, so training
     and val_acc still see exactly ``train_samples``. 0 turns it off. Default (null): 2 s on CUDA
     (NVML's sample period, launch-bound configs drifting), 1 s on a CPU, where identical trials
-    with 1 s and 2 s windows spread alike (README, "The timed window")."""
+    with 1 s and 2 s windows spread alike (docs/measurement.md, "The timed window")."""
     trial_timeout_s: float = Field(600.0, gt=0)
     """A trial still running after this many seconds ends as failed."""
     gns_batches: int = Field(4, ge=0, le=1000)
@@ -224,11 +140,15 @@ class ResourcesConfig(_Section):
 
 class SearchConfig(_Section):
     backend: Literal["ray", "optuna"] = "ray"
+    """ray: trials as Ray Tune trials (a local instance or a cluster; data-parallel trials on Ray
+    Train); optuna: plain Optuna in this process (one-worker trials only)."""
     sampler: Literal["tpe", "nsga2", "gp", "random"] = "gp"
     """gp (with ``scale_probe``): scripts/bench_search.py's default, judged by the worst case over
-    eight measured grids and four memory caps at 25 % of the grid (see README, "Choosing the
-    sampler"); tpe (constant liar) may suit many concurrent trials better (not measured)."""
+    eight measured grids and four memory caps at 25 % of the grid (see docs/benchmarks.md,
+    "Choosing the sampler"); tpe (constant liar) may suit many concurrent trials better (not measured)."""
     seed: int = 0
+    """Seed of the sampler and of each trial's data order and initialisation (repeats and
+    confirmation runs take the next seeds)."""
     address: str | None = None
     """null: start a local Ray instance; 'auto' or 'ray://host:port': use an existing cluster."""
     seed_ladder: bool = False
@@ -236,7 +156,8 @@ class SearchConfig(_Section):
     at most a third of the budget) at square-root-scaled learning rates, then let the sampler take
     over. Off by default: with gp it lowered the worst case of the replay benchmark."""
     scale_probe: bool = True
-    """gp, tpe: after the random start, first scale the best config to other batch sizes (samplers.ScaledProbe)."""
+    """gp, tpe: after the random start, first scale the best config to other batch sizes
+    (study.samplers.ScaledProbe)."""
     log_to: list[Literal["mlflow"]] = Field(default_factory=list)
     """Experiment trackers the search's records, front and recommendation are sent to."""
     tracking_uri: str | None = None
@@ -282,29 +203,55 @@ class ConfirmConfig(_Section):
 
 class ProfileConfig(_Section):
     enabled: bool = False
+    """Profile every trial and write its trace (TensorBoard format) under the run directory's
+    traces/ (``probe`` turns it on unless ``--set profile.enabled=false``)."""
     wait: int = Field(1, ge=0)
+    """Steps the profiler skips before it warms up (torch.profiler.schedule's wait)."""
     warmup: int = Field(1, ge=0)
+    """Steps it runs but does not record, before the recorded ones (schedule's warmup)."""
     active: int = Field(3, ge=1)
+    """Steps recorded in the trace (schedule's active)."""
     repeat: int = Field(1, ge=1)
+    """Cycles of wait, warmup and active steps (schedule's repeat)."""
     record_shapes: bool = True
+    """Record the input shapes of each operator."""
     profile_memory: bool = True
+    """Record the memory each operator allocates and frees."""
     with_stack: bool = False
+    """Record the Python call stack of each operator (larger traces)."""
 
 
 class Config(_Section):
     name: str = "tune-batch"
+    """The search's name: the Optuna study, the MLflow experiment and the default run directory
+    (runs/<name>-<timestamp>); 1-64 letters, digits, '.', '_' or '-'."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """The network every trial trains."""
     data: DataConfig = Field(default_factory=DataConfig)
+    """The data set: the training pool and the held-out validation samples."""
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    """The torch.optim optimizer every trial trains with (its learning rate is searched: space.lr)."""
     train: TrainConfig = Field(default_factory=TrainConfig)
+    """The training step: precision, accumulation, memory format, compilation, and the user's own
+    step and evaluation."""
     space: SpaceConfig = Field(default_factory=SpaceConfig)
+    """What is searched: the global batch size, the learning rate and the GPU count."""
     objectives: list[ObjectiveConfig] = Field(default_factory=_default_objectives)
+    """The metrics the search optimises, each with its direction (default: maximize samples_per_s,
+    device_util and val_acc)."""
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    """What each trial, and the whole search, may spend."""
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    """The memory cap, the CPUs of a trial, the peak FLOP/s for MFU, and the feasibility model."""
     search: SearchConfig = Field(default_factory=SearchConfig)
+    """How the search runs: backend, sampler, seed, Ray cluster and experiment trackers."""
     repeats: RepeatsConfig = Field(default_factory=RepeatsConfig)
+    """Front candidates measured again with other seeds before the recommendation is made."""
     confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
+    """Front candidates trained again at length; the recommendation then comes from their time to
+    target."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
+    """torch.profiler over a few steps of each trial, after its timed window."""
 
     @field_validator("name")
     @classmethod

@@ -19,7 +19,7 @@ ADAPTIVE = ("adam", "adamw", "adamax", "nadam", "radam", "rmsprop", "adagrad", "
 class Section(BaseModel):
     """Every config section: unknown keys rejected, strict types, immutable."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True)
 
 
 class OptimizerConfig(Section):
@@ -29,6 +29,7 @@ class OptimizerConfig(Section):
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     """SGD's momentum (the seed's 0.9); ignored by the others (use kwargs)."""
     weight_decay: float = Field(0.0, ge=0.0)
+    """Weight decay passed to the optimizer (0: none)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """More keyword arguments of the optimizer (betas, eps, nesterov, ...)."""
     warmup_steps: int = Field(0, ge=0)
