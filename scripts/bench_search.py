@@ -428,7 +428,7 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
         spent[0] += cost
         return rec.replace(trial_id=trial_id, params=params)
 
-    # as a search ships: a skipped proposal uses no trial of the budget (backends.optuna.optimize)
+    # as a search ships: a skipped proposal uses no trial of the budget (backends.local.optimize)
     objective = Objective(cfg, policy=Policy(cfg), runner=runner, free_skips=True)
     optimize(study, objective, n_trials)
     return (front_hypervolume(objective.records, cfg.metric_names, cfg.directions, bounds), spent[0],

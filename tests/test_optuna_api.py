@@ -165,7 +165,7 @@ def _oom_at_64(config, params, *, trial_id, extra, run_dir):
 
 
 def test_a_skipped_proposal_uses_no_trial_of_the_budget() -> None:
-    """The in-process search loop (backends.optuna.optimize): after batch 64 ran out of memory,
+    """The in-process search loop (backends.local.optimize): after batch 64 ran out of memory,
     proposals of 64 are skipped, told to Optuna as infeasible and recorded (free_skip), and the
     sampler is asked again: the budget of 3 trials is 3 trials that ran."""
     from tune_batch.backends.local import optimize

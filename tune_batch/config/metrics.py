@@ -1,6 +1,6 @@
 """Metric names and their natural directions: the one vocabulary of records and objectives.
 
-Definitions live in DESIGN.md; units are in the names. Statuses are ``records.Status``.
+Definitions live in DESIGN.md; units are in the names. Statuses are ``store.records.Status``.
 """
 
 from __future__ import annotations
