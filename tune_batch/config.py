@@ -285,6 +285,15 @@ class ConfirmConfig(_Section):
         return self
 
 
+class BaselineConfig(_Section):
+    batch_size: int = Field(ge=1)
+    """The batch size the user trains with today (global, as batch_size everywhere)."""
+    lr: float = Field(gt=0)
+    """The learning rate the user trains with today."""
+    num_gpus: int = Field(1, ge=1)
+    """The GPU count the user trains with today."""
+
+
 class ProfileConfig(_Section):
     enabled: bool = False
     wait: int = Field(1, ge=0)
@@ -309,6 +318,9 @@ class Config(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     repeats: RepeatsConfig = Field(default_factory=RepeatsConfig)
     confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
+    baseline: BaselineConfig | None = None
+    """The config the user runs today, confirmed beside the candidates (needs confirmation): the
+    summary's first line says how much sooner the recommendation reaches the target."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
 
     @field_validator("name")
