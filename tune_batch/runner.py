@@ -257,7 +257,8 @@ def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url
     from tune_batch import study as seam
 
     seam.annotate_study(seam.open_storage(storage_url or run_dir.study_url), study_name or config.name, config,
-                        report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()))
+                        report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()),
+                        [r.trial_id for r in report.front])
 
 
 def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress: Progress) -> None:
