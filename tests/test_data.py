@@ -147,7 +147,7 @@ def test_the_held_out_workloads_build_offline() -> None:
     from tune_batch.workload.tabular import data
 
     for name in ("lm_markov", "bn_wd_cnn", "tabular_mlp"):
-        assert "samples" in preflight(load_config(REPO / "benchmarks" / "heldout" / f"{name}.yaml"))
+        assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / f"{name}.yaml"))
     train, val = data(rows=512, val_rows=128, features=12, classes=3, seed=1)
     x = torch.stack([train[i][0] for i in range(len(train))])
     assert x.shape == (512, 12) and abs(float(x.mean())) < 0.1 and abs(float(x.std()) - 1) < 0.1
