@@ -374,3 +374,33 @@ def test_a_loss_is_reached_from_above_and_the_metric_is_checked_at_load() -> Non
         load_config(REPO / "configs" / "quickstart.yaml", ["confirm.target=3"])
     assert tiny_config().confirm_metric == ("val_acc", "maximize")
     assert parse_prefer("device_seconds_to_target", ["samples_per_s"]) == "device_seconds_to_target"
+
+
+@pytest.mark.slow
+def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_batch.pipeline.search import search
+
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 3},
+                      confirm={"candidates": 1, "seeds": 2, "train_samples": 2048, "evaluations": 4, "target": 0.5},
+                      baseline={"batch_size": 16, "lr": 0.01})
+    res = search(cfg, tmp_path / "run", quiet=False)
+    first = capsys.readouterr().out.splitlines()
+    summary = [line for line in first if line.startswith("recommendation vs the baseline")]
+    assert summary and "batch_size=16 lr=0.01 num_gpus=1" in summary[0], first[-30:]
+    pareto = json.loads((tmp_path / "run" / "pareto.json").read_text())
+    base = pareto["baseline"]
+    assert base["params"] == {"batch_size": 16, "lr": 0.01, "num_gpus": 1}
+    assert base["runs"] == ["baseline-c0", "baseline-c1"] and base["search_wall_s"] > 0
+    runs = [r for r in res.report.confirm_runs if r.info.confirm_of == "baseline"]
+    assert len(runs) == 2 and all(r.status is Status.OK for r in runs)
+    if base["time_to_target_s"] is not None:  # it reached 0.5: the ratio to the recommendation's time
+        rec = pareto["confirmation"]["candidates"][0]["time_to_target_s"]
+        assert base["speedup"] == pytest.approx(base["time_to_target_s"] / rec)
+        assert base["speedup_ci"] is not None and base["speedup_ci"] >= 0
+        assert "sooner to the val_acc target" in summary[0]
+    else:
+        assert base["speedup_at_least"] > 0 and "never reached" in summary[0]
+    # the baseline is not a candidate and not a search trial
+    assert all(c["trial_id"] != "baseline" for c in pareto["confirmation"]["candidates"])
+    assert len(res.records) == 3

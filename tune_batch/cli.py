@@ -143,7 +143,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
                         "'tune-batch search'")
     cfg = run.load_config()
     records, warnings = run.records()
-    report = decide(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names))
+    report = decide(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names),
+                    search_wall_s=run.search_wall_s())
     paths = write_files(report, run.path)
     print(render_summary(report))
     print("wrote " + ", ".join(str(p) for p in paths))

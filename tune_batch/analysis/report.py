@@ -43,6 +43,7 @@ class Report:
     learned: bool = True  # some front point got beyond chance accuracy (see nothing_learned)
     confirmation: Any = None  # confirm.Confirmation, when confirmation runs exist
     confirm_runs: list[TrialResult] = field(default_factory=list)
+    baseline: Any = None  # baseline.Baseline: the user's current config confirmed beside the candidates
 
     @property
     def recommended_on_front(self) -> bool | None:

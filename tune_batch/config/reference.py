@@ -33,6 +33,7 @@ Sizes such as `resources.device_memory` take `"24GiB"`, `"512MiB"`, a byte count
 of the device.
 """
 
+_SECTION_DEFAULT = "(its fields' defaults)"
 _BOUNDS = ((annotated_types.Ge, ">=", "ge"), (annotated_types.Gt, ">", "gt"), (annotated_types.Le, "<=", "le"),
            (annotated_types.Lt, "<", "lt"))
 
@@ -86,7 +87,7 @@ def _default(info: FieldInfo) -> str:
     else:
         value = info.default
     if isinstance(value, BaseModel):
-        return "(its fields' defaults)"
+        return _SECTION_DEFAULT
     if isinstance(value, list) and value and isinstance(value[0], BaseModel):
         value = [v.model_dump(mode="json") for v in value]
     return f"`{json.dumps(value)}`"
@@ -125,7 +126,8 @@ def render() -> str:
     lines += ["", "## Top level", ""] + _table([f for f in top if not f.section])
     for section in (f for f in top if f.section):
         rows = [f for f in every if f.key.startswith((f"{section.key}.", f"{section.key}[]."))]
-        lines += ["", f"## {section.key}", "", section.doc, ""] + _table(rows)
+        default = "" if section.default == _SECTION_DEFAULT else f" Default: {section.default}."
+        lines += ["", f"## {section.key}", "", section.doc + default, ""] + _table(rows)
     return "\n".join(lines) + "\n"
 
 

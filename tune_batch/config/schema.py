@@ -201,6 +201,15 @@ class ConfirmConfig(_Section):
         return self
 
 
+class BaselineConfig(_Section):
+    batch_size: int = Field(ge=1)
+    """The batch size the user trains with today (global, as batch_size everywhere)."""
+    lr: float = Field(gt=0)
+    """The learning rate the user trains with today."""
+    num_gpus: int = Field(1, ge=1)
+    """The GPU count the user trains with today."""
+
+
 class ProfileConfig(_Section):
     enabled: bool = False
     """Profile every trial and write its trace (TensorBoard format) under the run directory's
@@ -237,8 +246,7 @@ class Config(_Section):
     space: SpaceConfig = Field(default_factory=SpaceConfig)
     """What is searched: the global batch size, the learning rate and the GPU count."""
     objectives: list[ObjectiveConfig] = Field(default_factory=_default_objectives)
-    """The metrics the search optimises, each with its direction (default: maximize samples_per_s,
-    device_util and val_acc)."""
+    """The metrics the search optimises, each with its direction."""
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     """What each trial, and the whole search, may spend."""
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
@@ -250,6 +258,9 @@ class Config(_Section):
     confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
     """Front candidates trained again at length; the recommendation then comes from their time to
     target."""
+    baseline: BaselineConfig | None = None
+    """The config the user runs today, confirmed beside the candidates (needs confirmation): the
+    summary's first line says how much sooner the recommendation reaches the target."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
     """torch.profiler over a few steps of each trial, after its timed window."""
 

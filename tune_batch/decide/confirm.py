@@ -40,9 +40,15 @@ class ConfirmJob:
                 "confirm_of": self.confirm_of}
 
 
-def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object]) -> list[ConfirmJob]:
-    """``confirm.seeds`` runs of each candidate, seed-major (every candidate once, then again:
-    slow drift of a shared machine spreads over all of them), those in ``done`` left out."""
+#: ``confirm_of`` of the baseline's confirmation runs (``baseline:``; trial ids ``baseline-c<seed>``).
+BASELINE = "baseline"
+
+
+def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
+         baseline: Params | None = None) -> list[ConfirmJob]:
+    """``confirm.seeds`` runs of each candidate and of the ``baseline`` (confirm_of "baseline"),
+    seed-major (every config once, then again: slow drift of a shared machine spreads over all of
+    them), those in ``done`` left out."""
     out = []
     for k in range(config.confirm.seeds):
         seed = config.search.seed + k
@@ -50,6 +56,8 @@ def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object]) -
             job = ConfirmJob(f"{r.trial_id}c{seed}", r.trial_id, r.params, seed)
             if job.trial_id not in done:
                 out.append(job)
+        if baseline is not None and candidates and f"{BASELINE}-c{seed}" not in done:
+            out.append(ConfirmJob(f"{BASELINE}-c{seed}", BASELINE, baseline, seed))
     return out
 
 

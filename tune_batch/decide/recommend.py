@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from tune_batch.analysis.pareto import Prefer, better_beyond
 from tune_batch.analysis.report import Report, build_report, latest_per_trial, tradeoffs
 from tune_batch.config import Config
-from tune_batch.decide.confirm import confirm, samples_factor, search_noise_scale
+from tune_batch.decide.baseline import compare
+from tune_batch.decide.confirm import BASELINE, confirm, samples_factor, search_noise_scale
 from tune_batch.decide.repeats import candidates
 from tune_batch.measure.oom import cap_bytes
 from tune_batch.store.records import TrialResult
@@ -118,9 +119,20 @@ def off_front_note(report: Report) -> str | None:
 
 
 def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
-           prefer: Prefer = None) -> Report:
+           prefer: Prefer = None, search_wall_s: float | None = None) -> Report:
     """The report, its recommendation from the confirmation runs when there are any (and the
-    preference is not another objective)."""
+    preference is not another objective), and the baseline's runs against it (``search_wall_s``:
+    what the search cost, for the pay-back)."""
+    report = _decide(config, records, warnings, prefer)
+    base_runs = [r for r in report.confirm_runs if r.info.confirm_of == BASELINE]
+    if report.confirmation is None or not base_runs:
+        return report
+    best = next((c for c in report.confirmation.candidates
+                 if report.recommended is not None and c.trial.trial_id == report.recommended.trial_id), None)
+    return dataclasses.replace(report, baseline=compare(config, report.confirmation, best, base_runs, search_wall_s))
+
+
+def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None, prefer: Prefer) -> Report:
     base_prefer = None if prefer in (TIME_TO_TARGET, DEVICE_SECONDS) else prefer
     latest = latest_per_trial(records)
     short = [r for r in latest if r.info.confirm_of is None]  # the trials and their repeats: the short budget
@@ -128,12 +140,14 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     runs = [r for r in latest if r.info.confirm_of is not None]
     if not runs:
         return report
+    base_runs = [r for r in runs if r.info.confirm_of == BASELINE]
+    runs = [r for r in runs if r.info.confirm_of != BASELINE]
     # every config with runs, in the order the short budget ranks them (a finished run read with
     # another confirm.candidates still shows what was confirmed)
     order = confirm_candidates(report, len(report.points))
     order += [p.trial for p in report.points.values() if p.trial not in order]
     conf = confirm(config, order, runs, short)
-    report = dataclasses.replace(report, confirmation=conf, confirm_runs=runs)
+    report = dataclasses.replace(report, confirmation=conf, confirm_runs=[*runs, *base_runs])
     if conf is None or base_prefer is not None:
         return report
     devices = prefer == DEVICE_SECONDS

@@ -119,7 +119,8 @@ def render_summary(report: Report) -> str:
     note = {Status.SKIPPED: f" ({free} of them used no trial of budget.trials)"} if free else {}
     parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}{note.get(s, '')}" for s in Status if c.get(s.value)]
     hv = f", hypervolume {report.hypervolume:.3f}" if report.front and report.hypervolume == report.hypervolume else ""
-    lines = [", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}"]
+    lines = [report.baseline.line(report.confirmation.metric)] if report.baseline is not None else []
+    lines.append(", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}")
     lines += [f"warning: {w}" for w in report.warnings]
     if not report.front:
         lines += report.notes
