@@ -156,8 +156,8 @@ class ObjectiveConfig(_Section):
     @field_validator("metric")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in OBJECTIVE_METRICS and not (v.startswith("val_") and len(v) > 4):
-            raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}, or a val_* metric train.evaluate returns")
+        if v not in OBJECTIVE_METRICS and not re.fullmatch(r"(val|eval)_\w+", v):
+            raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}, or a val_* / eval_* metric the evaluation returns")
         return v
 
 
@@ -327,7 +327,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _custom_metrics(self) -> Config:
         custom = [m for m in self.metric_names if m not in OBJECTIVE_METRICS]
-        if custom and self.train.evaluate is None:
+        if custom and self.train.evaluate is None and self.train.loop == "tune_batch":  # a trainer logs its own
             raise ValueError(f"objective {custom[0]!r} is not measured by the built-in evaluation (val_acc); set "
                              f"train.evaluate to a function returning it")
         return self
@@ -349,7 +349,7 @@ class Config(_Section):
 
 #: Where a config may hold a Python callable instead of "pkg.module:function" (notebooks).
 CALLABLE_SLOTS = {"model": ("model", "name"), "data": ("data", "name"), "step": ("train", "step"),
-                  "evaluate": ("train", "evaluate")}
+                  "evaluate": ("train", "evaluate"), "builder": ("train", "builder")}
 
 
 def _with_callables(raw: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +370,7 @@ def _with_callables(raw: dict[str, Any], given: dict[str, Any]) -> dict[str, Any
 
 def config_from_dict(raw: dict[str, Any], source: str = "config", **callables: Any) -> Config:
     """Validate a plain dict into a Config; the first problem raises ConfigError. ``model``,
-    ``data``, ``step`` and ``evaluate`` may be Python callables (keyword arguments, or in their
+    ``data``, ``step``, ``evaluate`` and ``builder`` may be Python callables (keyword arguments, or in their
     places in ``raw``) instead of "pkg.module:function" strings."""
     unknown = set(callables) - set(CALLABLE_SLOTS)
     if unknown:
