@@ -34,15 +34,16 @@ def measure_trainer(config: Config, params: Params, *, start: float | None = Non
     """Train ``params`` in the user's trainer and measure it; the ``ok`` record. Raises on any
     fault (the caller's trial boundary turns it into a record)."""
     from tune_batch.trial.setup import apply_memory_cap, pick_device, plan_steps
-    from tune_batch.trial.trainers.common import seed_everything, trainer_record
+    from tune_batch.trial.trainers.common import quiet, seed_everything, trainer_record
 
     start = time.perf_counter() if start is None else start
     device = pick_device()
     plan = plan_steps(config, params, profiling=False)
     cap = apply_memory_cap(config, device)
     seed_everything(config.search.seed)
-    run = loop_module(config.train.loop).train(config, params, plan, device, cap,
-                                               start + config.budget.trial_timeout_s, validate)
+    module = loop_module(config.train.loop)
+    with quiet(module.LOGGERS):
+        run = module.train(config, params, plan, device, cap, start + config.budget.trial_timeout_s, validate)
     record = trainer_record(config, params, plan, device, run, cap, start)
     missing = [m for m in config.metric_names if m not in OBJECTIVE_METRICS and m not in run.scores]
     if validate and "val_acc" in config.metric_names and record.metrics.val_acc is None:

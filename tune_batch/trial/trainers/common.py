@@ -141,14 +141,14 @@ def chance_of(labels: Any) -> float | None:
 
 @contextlib.contextmanager
 def quiet(loggers: tuple[str, ...]) -> Iterator[None]:
-    """A trainer's INFO lines and warnings kept out of the search's terminal for the trial's
-    duration (levels and filters put back after)."""
+    """A trainer's log lines (errors kept) and warnings kept out of the search's terminal for the
+    trial's duration (levels and filters put back after)."""
     saved = {name: logging.getLogger(name).level for name in loggers}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for name in loggers:
-                logging.getLogger(name).setLevel(logging.WARNING)
+                logging.getLogger(name).setLevel(logging.ERROR)
             yield
     finally:
         for name, level in saved.items():

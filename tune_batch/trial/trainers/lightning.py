@@ -27,7 +27,6 @@ from tune_batch.trial.trainers.common import (
     chance_of,
     loader_of,
     micro_batch,
-    quiet,
     scale_lr,
     wrong_piece,
 )
@@ -110,7 +109,7 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
     meter.data_workers = loader.num_workers
     callback = MeterCallback(meter, params.lr, accumulation)
     theirs = user.get("callbacks") or []
-    with tempfile.TemporaryDirectory(prefix="tune_batch-lightning-") as root, quiet(LOGGERS):
+    with tempfile.TemporaryDirectory(prefix="tune_batch-lightning-") as root:
         kwargs = {"default_root_dir": root, **QUIET_DEFAULTS, **{k: v for k, v in user.items() if k not in OWNED},
                   "max_steps": plan.total, "max_epochs": -1, "devices": 1, "num_sanity_val_steps": 0,
                   "accelerator": user.get("accelerator", "gpu" if device.type == "cuda" else "cpu"),
