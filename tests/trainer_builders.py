@@ -61,7 +61,7 @@ class _TinyCausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, **_: Any) -> Any:
         from transformers.modeling_outputs import CausalLMOutput
 
-        if self.limit is not None and input_ids.shape[0] > self.limit:
+        if self.training and self.limit is not None and input_ids.shape[0] > self.limit:
             raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {input_ids.shape[0]} sequences")
         logits = self.head(self.embed(input_ids))
         loss = None
