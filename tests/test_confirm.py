@@ -350,3 +350,55 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
     alone = decide(cfg, plain + runs)
     assert alone.recommended.trial_id == 0 and all(c.estimate_s == c.time_to_target_s
                                                    for c in alone.confirmation.candidates)
+
+
+def test_a_loss_is_reached_from_above_and_the_metric_is_checked_at_load() -> None:
+    from tune_batch.config import load_config
+    from tune_batch.errors import ConfigError
+
+    curve = [[100, 1.0, 2.0, 2.0], [200, 2.0, 1.5, 1.5], [300, 3.0, 1.0, 1.0]]
+    assert first_reach(curve, 1.4, maximize=False) == (3.0, 300)
+    assert first_reach(curve, 1.4) == (1.0, 100)  # as an accuracy: already above it
+    assert first_reach(curve, 0.5, maximize=False) is None
+    from tests.conftest import REPO
+
+    lm = REPO / "configs" / "tiny_lm.yaml"
+    assert load_config(lm).confirm_metric == ("val_loss", "minimize")
+    assert load_config(lm, ["confirm.metric=val_perplexity", "objectives=[{metric: val_perplexity, direction: "
+                                                               "minimize}]"]).confirm_metric[0] == "val_perplexity"
+    with pytest.raises(ConfigError, match="confirm.metric = 'val_bleu': allowed: val_acc or an objective"):
+        load_config(lm, ["confirm.metric=val_bleu"])
+    with pytest.raises(ConfigError, match="a val_acc target must be in"):
+        load_config(REPO / "configs" / "quickstart.yaml", ["confirm.target=3"])
+    assert tiny_config().confirm_metric == ("val_acc", "maximize")
+    assert parse_prefer("device_seconds_to_target", ["samples_per_s"]) == "device_seconds_to_target"
+
+
+@pytest.mark.slow
+def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_batch.runner import search
+
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 3},
+                      confirm={"candidates": 1, "seeds": 2, "train_samples": 2048, "evaluations": 4, "target": 0.5},
+                      baseline={"batch_size": 16, "lr": 0.01})
+    res = search(cfg, tmp_path / "run", quiet=False)
+    first = capsys.readouterr().out.splitlines()
+    summary = [line for line in first if line.startswith("recommendation vs the baseline")]
+    assert summary and "batch_size=16 lr=0.01 num_gpus=1" in summary[0], first[-30:]
+    pareto = json.loads((tmp_path / "run" / "pareto.json").read_text())
+    base = pareto["baseline"]
+    assert base["params"] == {"batch_size": 16, "lr": 0.01, "num_gpus": 1}
+    assert base["runs"] == ["baseline-c0", "baseline-c1"] and base["search_wall_s"] > 0
+    runs = [r for r in res.report.confirm_runs if r.info.confirm_of == "baseline"]
+    assert len(runs) == 2 and all(r.status is Status.OK for r in runs)
+    if base["time_to_target_s"] is not None:  # it reached 0.5: the ratio to the recommendation's time
+        rec = pareto["confirmation"]["candidates"][0]["time_to_target_s"]
+        assert base["speedup"] == pytest.approx(base["time_to_target_s"] / rec)
+        assert base["speedup_ci"] is not None and base["speedup_ci"] >= 0
+        assert "sooner to the val_acc target" in summary[0]
+    else:
+        assert base["speedup_at_least"] > 0 and "never reached" in summary[0]
+    # the baseline is not a candidate and not a search trial
+    assert all(c["trial_id"] != "baseline" for c in pareto["confirmation"]["candidates"])
+    assert len(res.records) == 3

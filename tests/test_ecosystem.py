@@ -28,6 +28,9 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     assert study.metric_names == ["samples_per_s", "val_acc"]
     assert study.user_attrs["tune_batch_recommended_trial"] == res.recommended.trial_id
     assert study.user_attrs["tune_batch_run_dir"] == str((tmp_path / "run").resolve())
+    # the final, noise-aware front where Optuna's views look (best_trials is Optuna's own, from
+    # the values told as each trial ended)
+    assert study.user_attrs["tune_batch_front"] == sorted(r.trial_id for r in res.front)
     lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     attrs = study.trials[0].user_attrs  # every metric its own attribute too (one row each in optuna-dashboard)

@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also send the records, front and recommendation to this tracker (search.log_to)")
     s.add_argument("--force", action="store_true", help="continue a run directory even though its config differs")
     s.add_argument("--prefer", help="recommend the front point best in one objective (samples_per_s), or by weights "
-                                    "(samples_per_s=2,val_acc=1); default: the knee")
+                                    "(samples_per_s=2,val_acc=1); with confirmation: time_to_target (wall, the "
+                                    "default) or device_seconds_to_target (wall x num_gpus)")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--quiet", "-q", action="store_true", help="print only errors and the final table")
     g.add_argument("--verbose", "-v", action="store_true", help="show Ray's own logs and tables")
@@ -267,7 +268,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         raise UserError(f"run_dir {args.run_dir!r}: no config.yaml there; give a directory written by 'tune-batch search'")
     cfg = run.load_config()
     records, warnings = run.records()
-    report = decide(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names))
+    report = decide(cfg, records, warnings, prefer=parse_prefer(args.prefer, cfg.metric_names),
+                    search_wall_s=run.search_wall_s())
     paths = write_files(report, run.path)
     print(render_summary(report))
     print("wrote " + ", ".join(str(p) for p in paths))

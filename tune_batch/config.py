@@ -269,15 +269,29 @@ class ConfirmConfig(_Section):
     """Validations along each confirmation run (its curve; time to target is read from it)."""
     seeds: int = Field(2, ge=1)
     """Confirmation runs per candidate (seeds search.seed, +1, ...); time to target is their median."""
-    target: float | None = Field(None, gt=0.0, le=1.0)
-    """The val_acc to reach (default: target_fraction x the best val_acc any candidate reached)."""
+    metric: str | None = None
+    """The metric time to target is read on: val_acc, or an objective train.evaluate returns
+    (e.g. val_loss); default: val_acc, or the first objective train.evaluate measures."""
+    target: float | None = None
+    """The value of confirm.metric to reach, in its direction (default: see target_fraction)."""
     target_fraction: float = Field(0.95, gt=0.0, le=1.0)
+    """Default target: this x the best val_acc any candidate reached; for another metric, this
+    share of the way from its first validation to the best value any candidate reached."""
 
     @model_validator(mode="after")
     def _length(self) -> ConfirmConfig:
         if self.train_samples is not None and self.epochs is not None:
             raise ValueError(f"give train_samples ({self.train_samples}) or epochs ({self.epochs}), not both")
         return self
+
+
+class BaselineConfig(_Section):
+    batch_size: int = Field(ge=1)
+    """The batch size the user trains with today (global, as batch_size everywhere)."""
+    lr: float = Field(gt=0)
+    """The learning rate the user trains with today."""
+    num_gpus: int = Field(1, ge=1)
+    """The GPU count the user trains with today."""
 
 
 class ProfileConfig(_Section):
@@ -304,6 +318,9 @@ class Config(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     repeats: RepeatsConfig = Field(default_factory=RepeatsConfig)
     confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
+    baseline: BaselineConfig | None = None
+    """The config the user runs today, confirmed beside the candidates (needs confirmation): the
+    summary's first line says how much sooner the recommendation reaches the target."""
     profile: ProfileConfig = Field(default_factory=ProfileConfig)
 
     @field_validator("name")
@@ -331,6 +348,35 @@ class Config(_Section):
             raise ValueError(f"objective {custom[0]!r} is not measured by the built-in evaluation (val_acc); set "
                              f"train.evaluate to a function returning it")
         return self
+
+    @model_validator(mode="after")
+    def _confirm_metric(self) -> Config:
+        c = self.confirm
+        if c.metric is not None and c.metric != "val_acc" and c.metric not in self.metric_names:
+            raise ValueError(f"confirm.metric = {c.metric!r}: allowed: val_acc or an objective ("
+                             f"{', '.join(self.metric_names)})")
+        if c.metric not in (None, "val_acc") and c.metric in OBJECTIVE_METRICS:
+            raise ValueError(f"confirm.metric = {c.metric!r}: a measurement, not a validation metric; allowed: val_acc "
+                             f"or an objective train.evaluate returns")
+        if c.metric == "val_acc" and self.train.evaluate is not None and "val_acc" not in self.metric_names:
+            raise ValueError("confirm.metric = 'val_acc': train.evaluate replaces the built-in accuracy; name one of "
+                             "its objectives")
+        if c.target is not None and self.confirm_metric == ("val_acc", "maximize") and not 0 < c.target <= 1:
+            raise ValueError(f"confirm.target = {c.target}: a val_acc target must be in (0, 1]")
+        return self
+
+    @property
+    def confirm_metric(self) -> tuple[str, str] | None:
+        """(name, direction) of the metric confirmation reads time to target on; None when
+        ``train.evaluate`` measures no objective it could be."""
+        if self.train.evaluate is None:
+            return "val_acc", "maximize"
+        name = self.confirm.metric
+        if name is None:
+            name = next((m for m in self.metric_names if m == "val_acc" or m not in OBJECTIVE_METRICS), None)
+        if name is None:
+            return None
+        return name, next((o.direction for o in self.objectives if o.metric == name), "maximize")
 
     @property
     def metric_names(self) -> list[str]:

@@ -19,7 +19,9 @@ from tune_batch.config import Config
 from tune_batch.points import StepMeans
 from tune_batch.records import Params, Status, TrialResult
 
-TARGET_METRIC = "val_acc"
+
+def _reached(value: float, target: float, maximize: bool) -> bool:
+    return value >= target if maximize else value <= target
 
 
 @dataclass(frozen=True)
@@ -37,27 +39,33 @@ class ConfirmJob:
                 "confirm_of": self.confirm_of}
 
 
-def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object]) -> list[ConfirmJob]:
-    """``confirm.seeds`` runs of each candidate, seed-major (every candidate once, then again:
-    slow drift of a shared machine spreads over all of them), those in ``done`` left out."""
+#: ``confirm_of`` of the baseline's confirmation runs (``baseline:``; trial ids ``baseline-c<seed>``).
+BASELINE = "baseline"
+
+
+def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
+         baseline: Params | None = None) -> list[ConfirmJob]:
+    """``confirm.seeds`` runs of each candidate and of the ``baseline`` (confirm_of "baseline"),
+    seed-major (every config once, then again: slow drift of a shared machine spreads over all of
+    them), those in ``done`` left out."""
     out = []
     for k in range(config.confirm.seeds):
         seed = config.search.seed + k
-        for r in candidates:
-            if r.params.num_gpus != 1:
-                continue  # confirmation runs one worker (see confirm_run)
+        for r in candidates:  # a data-parallel config as a worker group, on the path of its trials
             job = ConfirmJob(f"{r.trial_id}c{seed}", r.trial_id, r.params, seed)
             if job.trial_id not in done:
                 out.append(job)
+        if baseline is not None and candidates and f"{BASELINE}-c{seed}" not in done:
+            out.append(ConfirmJob(f"{BASELINE}-c{seed}", BASELINE, baseline, seed))
     return out
 
 
-def step_before(curve: Sequence[Sequence[float]], target: float | None) -> float | None:
+def step_before(curve: Sequence[Sequence[float]], target: float | None, maximize: bool = True) -> float | None:
     """Training seconds between the validation that first reached ``target`` and the one before
     it: how finely the curve resolves the time to target."""
     prev = 0.0
     for _samples, train_s, acc, *_ in curve if target is not None else []:
-        if acc >= target:
+        if _reached(acc, target, maximize):
             return train_s - prev
         prev = train_s
     return None
@@ -72,12 +80,14 @@ def chance_floor(config: Config, records: Sequence[TrialResult]) -> tuple[float,
     return chance, chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
 
 
-def first_reach(curve: Sequence[Sequence[float]], target: float | None) -> tuple[float, float] | None:
-    """(training seconds, samples) at the first validation at or above ``target``, or None."""
+def first_reach(curve: Sequence[Sequence[float]], target: float | None,
+                maximize: bool = True) -> tuple[float, float] | None:
+    """(training seconds, samples) at the first validation at or past ``target`` (at or above it
+    when ``maximize``, at or below it otherwise), or None."""
     if target is None:
         return None
     for samples, train_s, acc, *_ in curve:
-        if acc >= target:
+        if _reached(acc, target, maximize):
             return train_s, samples
     return None
 
@@ -96,7 +106,8 @@ def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A confirmed config: its runs, best val_acc reached, and time/samples to the target."""
+    """A confirmed config: its runs, the best value of the target metric reached (``best_acc``:
+    val_acc unless the confirmation reads another metric), and time/samples to the target."""
 
     trial: TrialResult
     runs: tuple[TrialResult, ...]
@@ -111,16 +122,29 @@ class Candidate:
     # predicts from the other candidates (estimate_time); the runs' time alone without a prediction
     estimate_s: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def device_seconds_to_target(self) -> float | None:
+        """Time to target x the devices it kept busy (``num_gpus``): what the run costs."""
+        t = self.time_to_target_s
+        return None if t is None else t * self.trial.params.num_gpus
+
+    def ranked_by(self, devices: bool) -> float | None:
+        """What the recommendation ranks it by: the estimated wall seconds (estimate_s, else its
+        runs' time), x num_gpus when ``devices``."""
+        t = self.estimate_s if self.estimate_s is not None else self.time_to_target_s
+        return None if t is None else t * (self.trial.params.num_gpus if devices else 1)
+
+    def to_dict(self, metric: str = "val_acc") -> dict[str, Any]:
         return {"trial_id": self.trial.trial_id, "params": self.trial.params.to_dict(),
+                "num_gpus": self.trial.params.num_gpus, "device_seconds_to_target": self.device_seconds_to_target,
                 "short_rank": self.short_rank, "long_rank": self.long_rank, "time_to_target_s": self.time_to_target_s,
                 "estimate_s": self.estimate_s,
                 "samples_to_target": self.samples_to_target, "reached_target": f"{self.reached} of {len(self.runs)}",
-                "best_val_acc": self.best_acc, "final_val_acc": self.final_acc,
+                f"best_{metric}": self.best_acc, f"final_{metric}": self.final_acc,
                 "runs": [r.trial_id for r in self.runs],
                 "curves": [{"seed": r.info.seed, "samples": [c[0] for c in r.info.curve or []],
                             "train_s": [c[1] for c in r.info.curve or []],
-                            "val_acc": [c[2] for c in r.info.curve or []]} for r in self.runs]}
+                            metric: [c[2] for c in r.info.curve or []]} for r in self.runs]}
 
 
 @dataclass(frozen=True)
@@ -136,19 +160,49 @@ class Confirmation:
     noise_scale: float | None = None  # the search's B_noise (search_noise_scale), for the prediction
     noise_scale_trials: int = 0
     steps: StepMeans = field(default_factory=StepMeans)  # of the short runs: the samples/s a prediction divides by
+    short_runs: tuple[TrialResult, ...] = ()  # the search's trials and repeats (their scaling efficiency)
+    metric: str = "val_acc"  # what the curves hold and the target is on
+    maximize: bool = True
 
     @property
     def best(self) -> Candidate | None:
         """The candidate with the shortest estimated time to the target (estimate_s), of those whose
         runs reached it; ties: the long-budget rank."""
+        return self.best_by(devices=False)
+
+    def best_by(self, devices: bool) -> Candidate | None:
+        """The candidate soonest to the target in wall seconds, or in device-seconds (wall x
+        num_gpus) when ``devices``, of those whose runs reached it; ties: the long-budget rank."""
         reached = [c for c in self.candidates if c.time_to_target_s is not None]
-        return min(reached, key=lambda c: (c.estimate_s or c.time_to_target_s or 0.0, c.long_rank), default=None)
+        return min(reached, key=lambda c: (c.ranked_by(devices) or 0.0, c.long_rank), default=None)
+
+    def gpu_counts(self) -> list[dict[str, Any]]:
+        """Per GPU count confirmed: its soonest candidate to the target (wall and device-seconds)
+        and the scaling efficiency its search trials measured (samples/s per device relative to
+        one worker at the same per-worker batch; 1 for one worker)."""
+        out = []
+        for n in sorted({c.trial.params.num_gpus for c in self.candidates}):
+            mine = [c for c in self.candidates if c.trial.params.num_gpus == n]
+            reached = [c for c in mine if c.time_to_target_s is not None]
+            fastest = min(reached, key=lambda c: c.time_to_target_s or 0.0, default=None)
+            effs = [r.metrics.scaling_efficiency for r in self.short_runs
+                    if r.params.num_gpus == n and r.status is Status.OK and r.metrics.scaling_efficiency is not None]
+            out.append({"num_gpus": n, "candidates": len(mine), "reached": len(reached),
+                        "trial_id": fastest.trial.trial_id if fastest else None,
+                        "time_to_target_s": fastest.time_to_target_s if fastest else None,
+                        "device_seconds_to_target": fastest.device_seconds_to_target if fastest else None,
+                        "scaling_efficiency": 1.0 if n == 1 else (statistics.median(effs) if effs else None),
+                        "scaling_efficiency_trials": len(effs)})
+        return out
 
     def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
-        return {"prediction": predictions(self, others), "target_metric": TARGET_METRIC, "target": self.target, "target_how": self.target_how,
+        return {"prediction": predictions(self, others), "target_metric": self.metric, "target_direction": "maximize" if self.maximize else "minimize", "target": self.target, "target_how": self.target_how,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
-                "candidates": [c.to_dict() for c in self.candidates],
+                "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
+                                                        if self.best_by(devices=True) else None),
+                "gpu_counts": self.gpu_counts(),
+                "candidates": [c.to_dict(self.metric) for c in self.candidates],
                 "failed_runs": [{"trial_id": r.trial_id, "status": r.status.value, "reason": r.reason}
                                 for r in self.failed]}
 
@@ -168,40 +222,60 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     ranked = list(enumerate((c for c in candidates if c.trial_id in by), start=1))
     if not ranked:
         return None
-    best_any = max(c[2] for _, t in ranked for r in by[t.trial_id] for c in r.info.curve or [])
-    chance, floor = chance_floor(config, [r for rs in by.values() for r in rs])
-    c = config.confirm
-    target: float | None
-    if c.target is not None:
-        target, how = c.target, "confirm.target"
-    elif best_any <= floor:
-        target, how = None, (f"none: nothing was learned in the confirmation runs either (best val_acc {best_any:.3f}, "
-                             f"chance {chance:.3f})")
-    else:
-        target = max(floor, c.target_fraction * best_any)
-        how = f"{c.target_fraction:g} x the best val_acc any candidate reached ({best_any:.3f})"
+    name, direction = config.confirm_metric or ("val_acc", "maximize")
+    up = direction == "maximize"
+    best_of = max if up else min
+    curves = [r.info.curve or [] for _, t in ranked for r in by[t.trial_id]]
+    best_any = best_of(c[2] for cv in curves for c in cv)
+    target, how = _target(config, name, up, best_any, [cv[0][2] for cv in curves if cv],
+                          [r for rs in by.values() for r in rs])
     out = []
     for short_rank, t in ranked:
         rs = by[t.trial_id]
-        hits = [h for h in (first_reach(r.info.curve or [], target) for r in rs) if h is not None] if target else []
+        hits = ([h for h in (first_reach(r.info.curve or [], target, up) for r in rs) if h is not None]
+                if target is not None else [])
         # a run that never reached the target counts as not reaching it: the median is over all runs
         # only when most reached it
         ttt = statistics.median(h[0] for h in hits) if hits and 2 * len(hits) > len(rs) else None
         stt = statistics.median(h[1] for h in hits) if ttt is not None else None
-        out.append(Candidate(t, tuple(rs), short_rank, max(p[2] for r in rs for p in r.info.curve or []),
+        out.append(Candidate(t, tuple(rs), short_rank, best_of(p[2] for r in rs for p in r.info.curve or []),
                              statistics.mean((r.info.curve or [[0, 0, 0]])[-1][2] for r in rs), ttt, stt, len(hits)))
-    out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, -x.best_acc))
+    out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, -x.best_acc if up else x.best_acc))
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
     tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
     length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
     steps = StepMeans()
     for r in short_runs:
         steps.observe(r)
-    conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps)
+    conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
+                        tuple(short_runs), name, up)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return dataclasses.replace(conf, candidates=[
         dataclasses.replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))
         for x in out])
+
+
+def _target(config: Config, name: str, up: bool, best: float, firsts: list[float],
+            runs: list[TrialResult]) -> tuple[float | None, str]:
+    """(the target, how it was set): ``confirm.target``; for val_acc, ``target_fraction`` x the
+    best any candidate reached (None when that is within noise of chance); for another metric,
+    ``target_fraction`` of the way from the first validation (the median over the runs) to the
+    best value any run reached (None when no run improved on it)."""
+    c = config.confirm
+    if c.target is not None:
+        return c.target, "confirm.target"
+    if name == "val_acc":
+        chance, floor = chance_floor(config, runs)
+        if best <= floor:
+            return None, (f"none: nothing was learned in the confirmation runs either (best val_acc {best:.3f}, "
+                          f"chance {chance:.3f})")
+        return max(floor, c.target_fraction * best), f"{c.target_fraction:g} x the best val_acc any candidate reached ({best:.3f})"
+    start = statistics.median(firsts)
+    if not (best > start if up else best < start):
+        return None, f"none: no run improved {name} on its first validation ({start:.4g})"
+    return (start + c.target_fraction * (best - start),
+            f"{c.target_fraction:g} of the way from the first validation's {name} ({start:.4g}) to the best any "
+            f"candidate reached ({best:.4g})")
 
 
 def estimate_time(measured: float | None, prediction: dict[str, Any]) -> float | None:
@@ -281,20 +355,29 @@ def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, 
 def lines(conf: Confirmation) -> list[str]:
     """The confirmation in the summary's words: per candidate its time to target (or that it
     never reached it), then the ranks' agreement."""
-    goal = f"target val_acc {conf.target:.3f} ({conf.target_how})" if conf.target is not None else f"target {conf.target_how}"
+    goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
+            else f"target {conf.target_how}")
     out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
     for x in conf.candidates:
         p = x.trial.params
         spread = ""
-        hits = [h[0] for h in (first_reach(r.info.curve or [], conf.target) for r in x.runs) if h is not None]
+        hits = [h[0] for h in (first_reach(r.info.curve or [], conf.target, conf.maximize) for r in x.runs)
+                if h is not None]
         if len(hits) > 1:
             spread = f" (runs {min(hits):.2f}-{max(hits):.2f} s)"
         reach = (f"reached in {x.time_to_target_s:.2f} s of training{spread}, {x.samples_to_target:.0f} samples"
-                 if x.time_to_target_s is not None else f"never reached it (best {x.best_acc:.3f})")
+                 if x.time_to_target_s is not None else f"never reached it (best {x.best_acc:.4g})")
         if x.estimate_s is not None and x.estimate_s != x.time_to_target_s:
             reach += f" (ranked at {x.estimate_s:.2f} s with its prediction)"
-        out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}; short-budget "
-                   f"rank {x.short_rank}): {reach}; {x.reached} of {len(x.runs)} run(s) reached it")
+        if p.num_gpus > 1 and x.device_seconds_to_target is not None:
+            reach += f", {x.device_seconds_to_target:.2f} device-s"
+        several = any(c.trial.params.num_gpus > 1 for c in conf.candidates)
+        gpus = f" num_gpus={p.num_gpus}" if several else ""
+        out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}{gpus}; "
+                   f"short-budget rank {x.short_rank}): {reach}; {x.reached} of {len(x.runs)} run(s) reached it")
+    counts = conf.gpu_counts()
+    if len(counts) > 1:
+        out.append("  by GPU count: " + "; ".join(_count_line(g) for g in counts))
     reached = [x for x in conf.candidates if x.time_to_target_s is not None]
     if conf.best is not None and reached and conf.best is not reached[0]:
         first = reached[0]
@@ -303,7 +386,7 @@ def lines(conf: Confirmation) -> list[str]:
                    f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together)")
     if len(reached) >= 2:
         a, b = reached[0], reached[1]
-        res = max(step_before(r.info.curve or [], conf.target) or 0.0 for r in (*a.runs, *b.runs))
+        res = max(step_before(r.info.curve or [], conf.target, conf.maximize) or 0.0 for r in (*a.runs, *b.runs))
         if b.time_to_target_s - a.time_to_target_s <= res:
             out.append(f"  the first two are within one validation interval ({res:.2f} s) of each other: more "
                        f"confirm.evaluations (or confirm.seeds) would tell them apart")
@@ -321,3 +404,12 @@ def lines(conf: Confirmation) -> list[str]:
     for r in conf.failed:
         out.append(f"  confirmation run {r.trial_id} ended {r.status.value}: {r.reason}")
     return out
+
+
+def _count_line(g: dict[str, Any]) -> str:
+    eff = g["scaling_efficiency"]
+    scale = f", scaling efficiency {eff:.2f}" if eff is not None else ", scaling efficiency not measured"
+    if g["time_to_target_s"] is None:
+        return f"{g['num_gpus']}: none of {g['candidates']} reached the target{scale}"
+    return (f"{g['num_gpus']}: {g['time_to_target_s']:.2f} s wall, {g['device_seconds_to_target']:.2f} device-s "
+            f"(trial {g['trial_id']}){scale}")

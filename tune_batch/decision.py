@@ -11,8 +11,9 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from tune_batch.baseline import compare
 from tune_batch.config import Config
-from tune_batch.confirm import confirm, search_noise_scale
+from tune_batch.confirm import BASELINE, confirm, search_noise_scale
 from tune_batch.oom import cap_bytes
 from tune_batch.pareto import Prefer, better_beyond
 from tune_batch.records import TrialResult
@@ -20,6 +21,7 @@ from tune_batch.repeats import candidates
 from tune_batch.report import Report, build_report, latest_per_trial, tradeoffs
 
 TIME_TO_TARGET = "time_to_target"
+DEVICE_SECONDS = "device_seconds_to_target"  # the same, in wall seconds x num_gpus
 
 
 def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult]:
@@ -41,12 +43,17 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
         return []
     if not report.learned:
         ok = [p.trial for p in report.points.values()]
-        return _distinct(sorted(ok, key=lambda r: (r.info.final_loss if r.info.final_loss is not None else float("inf"),
-                                                   -(r.metrics.samples_per_s or 0.0))))[:n]
+        return _every_gpu_count(_distinct(sorted(ok, key=lambda r: (
+            r.info.final_loss if r.info.final_loss is not None else float("inf"), -(r.metrics.samples_per_s or 0.0)))),
+            n)
     rest = candidates(report, len(report.points))  # the recommended one first
 
-    def acc(r: TrialResult) -> float:
-        return report.stat(r, "val_acc")[0]  # type: ignore[return-value]
+    name, direction = report.config.confirm_metric or ("val_acc", "maximize")
+    sign = 1.0 if direction == "maximize" else -1.0
+
+    def acc(r: TrialResult) -> float | None:  # the target metric, larger is better
+        v = report.stat(r, name)[0]
+        return None if v is None else sign * v
 
     b_noise, _ = search_noise_scale([*report.records, *report.repeats])
 
@@ -61,9 +68,20 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     first = rest[:1]
     if learned:
         top = max(map(acc, learned))
-        near_top = [r for r in learned if acc(r) >= report.config.confirm.target_fraction * top]
+        f = report.config.confirm.target_fraction  # within this share of the best (of its inverse for a loss)
+        near_top = [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
         first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
-    return _distinct([*first, *rest])[:n]
+    return _every_gpu_count(_distinct([*first, *rest]), n)
+
+
+def _every_gpu_count(ordered: list[TrialResult], n: int) -> list[TrialResult]:
+    """The first ``n`` of ``ordered``, and then, for each GPU count not among them, its first: how
+    many GPUs is measured at length, not assumed from the short trials."""
+    chosen = ordered[:n]
+    for r in ordered[n:]:
+        if all(r.params.num_gpus != c.params.num_gpus for c in chosen):
+            chosen.append(r)
+    return chosen
 
 
 def _distinct(trials: Sequence[TrialResult]) -> list[TrialResult]:
@@ -101,25 +119,39 @@ def off_front_note(report: Report) -> str | None:
 
 
 def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
-           prefer: Prefer = None) -> Report:
+           prefer: Prefer = None, search_wall_s: float | None = None) -> Report:
     """The report, its recommendation from the confirmation runs when there are any (and the
-    preference is not another objective)."""
-    base_prefer = None if prefer == TIME_TO_TARGET else prefer
+    preference is not another objective), and the baseline's runs against it (``search_wall_s``:
+    what the search cost, for the pay-back)."""
+    report = _decide(config, records, warnings, prefer)
+    base_runs = [r for r in report.confirm_runs if r.info.confirm_of == BASELINE]
+    if report.confirmation is None or not base_runs:
+        return report
+    best = next((c for c in report.confirmation.candidates
+                 if report.recommended is not None and c.trial.trial_id == report.recommended.trial_id), None)
+    return dataclasses.replace(report, baseline=compare(config, report.confirmation, best, base_runs, search_wall_s))
+
+
+def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None, prefer: Prefer) -> Report:
+    base_prefer = None if prefer in (TIME_TO_TARGET, DEVICE_SECONDS) else prefer
     latest = latest_per_trial(records)
     short = [r for r in latest if r.info.confirm_of is None]  # the trials and their repeats: the short budget
     report = build_report(config, short, warnings, prefer=base_prefer)
     runs = [r for r in latest if r.info.confirm_of is not None]
     if not runs:
         return report
+    base_runs = [r for r in runs if r.info.confirm_of == BASELINE]
+    runs = [r for r in runs if r.info.confirm_of != BASELINE]
     # every config with runs, in the order the short budget ranks them (a finished run read with
     # another confirm.candidates still shows what was confirmed)
     order = confirm_candidates(report, len(report.points))
     order += [p.trial for p in report.points.values() if p.trial not in order]
     conf = confirm(config, order, runs, short)
-    report = dataclasses.replace(report, confirmation=conf, confirm_runs=runs)
+    report = dataclasses.replace(report, confirmation=conf, confirm_runs=[*runs, *base_runs])
     if conf is None or base_prefer is not None:
         return report
-    best = conf.best
+    devices = prefer == DEVICE_SECONDS
+    best = conf.best_by(devices)
     if best is None:
         why = ("nothing was learned in the confirmation runs either" if conf.target is None
                else "no confirmed candidate reached the target")
@@ -133,8 +165,9 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
         notes.append(f"the short trials alone would have recommended trial {short.trial_id} (batch_size="
                      f"{short.params.batch_size} lr={short.params.lr:.3g}); confirmation at length chose trial "
                      f"{best.trial.trial_id}")
-    method = (f"time_to_target: the shortest estimated time to val_acc {conf.target:.3f}, from confirmation runs of "
-              f"{conf.train_samples:.0f} samples and the time the noise scale predicts")
+    method = (f"{DEVICE_SECONDS if devices else TIME_TO_TARGET}: the shortest estimated "
+              f"{'device-seconds (wall x num_gpus)' if devices else 'time'} to {conf.metric} {conf.target:.4g}, from "
+              f"confirmation runs of {conf.train_samples:.0f} samples and the time the noise scale predicts")
     report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
     off = off_front_note(report)
     if off:

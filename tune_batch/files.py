@@ -51,6 +51,7 @@ def pareto_payload(report: Report) -> dict[str, object]:
         "notes": report.notes,
         "learned": report.learned,
         "confirmation": report.confirmation.to_dict(report.front) if report.confirmation is not None else None,
+        "baseline": report.baseline.to_dict() if report.baseline is not None else None,
         "trials": [_front_entry(report, r) for r in report.front],
         # the recommended config's own entry: with confirmation it need not be on the short front
         "recommended": _front_entry(report, report.recommended) if report.recommended else None,

@@ -176,8 +176,8 @@ def parse_prefer(text: str | None, metrics: Sequence[str]) -> Prefer:
     """``--prefer``: a metric name, or weights ``metric=w,metric=w``. Raises UserError."""
     if not text:
         return None
-    allowed = ", ".join(metrics) + ", time_to_target"
-    if text == "time_to_target":  # the confirmation runs' first to the target (decision.decide)
+    allowed = ", ".join(metrics) + ", time_to_target, device_seconds_to_target"
+    if text in ("time_to_target", "device_seconds_to_target"):  # from the confirmation runs (decision.decide)
         return text
     if "=" not in text:
         if text not in metrics:

@@ -42,6 +42,7 @@ class Report:
     learned: bool = True  # some front point got beyond chance accuracy (see nothing_learned)
     confirmation: Any = None  # confirm.Confirmation, when confirmation runs exist
     confirm_runs: list[TrialResult] = field(default_factory=list)
+    baseline: Any = None  # baseline.Baseline: the user's current config confirmed beside the candidates
 
     @property
     def recommended_on_front(self) -> bool | None:
@@ -294,7 +295,8 @@ def render_summary(report: Report) -> str:
     note = {Status.SKIPPED: f" ({free} of them used no trial of budget.trials)"} if free else {}
     parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}{note.get(s, '')}" for s in Status if c.get(s.value)]
     hv = f", hypervolume {report.hypervolume:.3f}" if report.front and report.hypervolume == report.hypervolume else ""
-    lines = [", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}"]
+    lines = [report.baseline.line(report.confirmation.metric)] if report.baseline is not None else []
+    lines.append(", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}")
     lines += [f"warning: {w}" for w in report.warnings]
     if not report.front:
         lines += report.notes

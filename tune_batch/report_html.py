@@ -194,6 +194,11 @@ tr.oom, tr.skipped, tr.failed {{ color: #888; }} tr.front {{ background: #fde0e0
 {''.join(parts)}
 <h2>Trials</h2>
 {''.join(table)}
+<p id="tb-optuna-front">Optuna's own front (<code>study.best_trials</code>, what optuna-dashboard and
+<code>plot_pareto_front</code> draw) is computed from the values each trial was told when it ended (its batch
+size's mean samples/s at that time) with strict dominance; the front above uses the final means and the noise.
+The study keeps this front as its user attribute <code>tune_batch_front</code>
+({html.escape(str(sorted(r.trial_id for r in report.front if isinstance(r.trial_id, int))))}).</p>
 </body></html>
 """
 

@@ -27,10 +27,11 @@ CONFIG_FILE = "config.yaml"
 TRIALS_FILE = "trials.jsonl"
 STUDY_FILE = "study.db"
 LOCK_FILE = ".lock"
+WALL_FILE = "search_time.json"  # the search's wall seconds over every invocation (the baseline's pay-back)
 
 # keys that may change when a search is continued: they do not change what a trial measures
 RESUMABLE_KEYS = ("budget.trials", "search.address", "repeats.candidates", "repeats.seeds", "search.log_to",
-                  "search.tracking_uri")
+                  "search.tracking_uri", "baseline", "baseline.batch_size", "baseline.lr", "baseline.num_gpus")
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -296,6 +297,24 @@ class RunDir:
         :func:`set_aside_broken`); one note per line."""
         with self._lock:
             return set_aside_broken(self.trials_path)
+
+    @property
+    def wall_path(self) -> Path:
+        return self.path / WALL_FILE
+
+    def search_wall_s(self) -> float | None:
+        """The wall seconds every invocation of the search on this directory took, start-up
+        included (None when none was recorded)."""
+        try:
+            return float(json.loads(self.wall_path.read_text(encoding="utf-8"))["wall_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def add_search_wall_s(self, seconds: float) -> float:
+        """Add one invocation's wall seconds to the directory's total; returns the total."""
+        total = (self.search_wall_s() or 0.0) + seconds
+        self.wall_path.write_text(json.dumps({"wall_s": total}), encoding="utf-8")
+        return total
 
     def records(self) -> tuple[list[TrialResult], list[str]]:
         return load_records(self.trials_path)

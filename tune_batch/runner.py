@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from tune_batch.baseline import params_of as baseline_params
 from tune_batch.config import Config
 from tune_batch.confirm import ConfirmJob
 from tune_batch.confirm import jobs as confirm_jobs
@@ -148,13 +149,13 @@ def _repeats_of(config: Config, records: list[TrialResult]) -> list[RepeatJob]:
 def _confirms_of(config: Config, records: list[TrialResult]) -> list[ConfirmJob]:
     """The confirmation runs still needed, once the search and its repeats are complete: the
     candidates of the report of both (the same on a resumed search)."""
-    if config.train.evaluate is not None:  # time to target is read on the built-in val_acc
+    if config.confirm_metric is None:  # train.evaluate measures no objective to read time to target on
         return []
     searched = [r for r in latest_per_trial(records) if r.searched]
     if budget_used(searched) < config.budget.trials or _repeats_of(config, records):
         return []
     base = build_report(config, [r for r in records if r.info.confirm_of is None])
-    return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records})
+    return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records}, baseline_params(config))
 
 
 def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
@@ -227,6 +228,7 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
 
 def _search(config: Config, output: str | Path | None, *, address: str | None, storage_url: str | None,
             study_name: str | None, force: bool, quiet: bool, verbose: bool, prefer: Prefer) -> SearchResult:
+    started = time.perf_counter()  # the search's wall time, start-up included
     run_dir = RunDir(default_output(config) if output is None else output)
     RunDir.check_writable(run_dir.path)
     if config.search.backend == "optuna" and (address or config.search.address):
@@ -246,7 +248,8 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
             _check_local_gpu_choices(config)
     with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
         return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
-                              study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)
+                              study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer,
+                              started=started)
 
 
 def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url: str | None,
@@ -258,7 +261,8 @@ def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url
     from tune_batch import study as seam
 
     seam.annotate_study(seam.open_storage(storage_url or run_dir.study_url), study_name or config.name, config,
-                        report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()))
+                        report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()),
+                        [r.trial_id for r in report.front])
 
 
 def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress: Progress) -> None:
@@ -284,7 +288,7 @@ def records_exist(run_dir: RunDir) -> bool:
 
 def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, address: str | None,
                    storage_url: str | None, study_name: str | None, force: bool, quiet: bool, verbose: bool,
-                   prefer: Prefer) -> SearchResult:
+                   prefer: Prefer, started: float) -> SearchResult:
     resumed = run_dir.prepare(config, force=force)
     run_dir.check_appendable()
     for note in run_dir.set_aside_broken() if resumed else []:
@@ -294,9 +298,9 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     for w in warnings:
         progress.warn(w)
     progress.records = list(done)  # the front and counts include trials already finished
-    if config.train.evaluate is not None and config.confirm.candidates > 0:
-        progress.say("confirmation: off: it reads time to a val_acc target from the built-in evaluation, and "
-                     "train.evaluate replaces it")
+    if config.confirm_metric is None and config.confirm.candidates > 0:
+        progress.say("confirmation: off: none of the objectives is a metric train.evaluate returns, to read time to "
+                     "target on (confirm.metric)")
     used_before = budget_used(done)
     if resumed:
         progress.say(f"continuing {run_dir.path}: {used_before} trial(s) already finished, "
@@ -310,7 +314,9 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
         except KeyboardInterrupt:  # the in-process backend; Ray Tune stops on its own and returns
             stopped = True
     records, warnings = run_dir.records()
-    report = decide(config, records, warnings, prefer=prefer)
+    ran = config.budget.trials > used_before or len(records) > len(previous)
+    wall = run_dir.add_search_wall_s(time.perf_counter() - started) if ran else run_dir.search_wall_s()
+    report = decide(config, records, warnings, prefer=prefer, search_wall_s=wall)
     write_files(report, run_dir.path)
     _annotate_study(config, run_dir, report, storage_url, study_name)
     _send_to_trackers(config, report, run_dir, progress)

@@ -137,10 +137,18 @@ def prepare(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
     return not study.trials
 
 
+#: Optuna's own front (``study.best_trials``, what optuna-dashboard and ``plot_pareto_front``
+#: draw) is computed from the values each trial was told when it ended (its step's mean
+#: samples/s at that time) with strict dominance; tune_batch's front uses the final means and
+#: the noise. Both are kept: the final one as these attributes.
+FRONT_ATTR = "tune_batch_front"
+
+
 def annotate_study(storage: optuna.storages.BaseStorage, study_name: str, config: Config, recommended: Any,
-                   run_dir: str) -> None:
-    """Objective names on the study (unless it has some), and the recommended trial and the run
-    directory as study user attributes. A study that does not exist is left alone."""
+                   run_dir: str, front: list[Any] | None = None) -> None:
+    """Objective names on the study (unless it has some); the recommended trial, the run
+    directory and tune_batch's final front (trial numbers) as study user attributes. A study that
+    does not exist is left alone."""
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
@@ -148,6 +156,10 @@ def annotate_study(storage: optuna.storages.BaseStorage, study_name: str, config
     name_study(study, config)
     study.set_user_attr("tune_batch_recommended_trial", recommended)
     study.set_user_attr("tune_batch_run_dir", run_dir)
+    if front is None:
+        return
+    # (a finished Optuna trial cannot be given attributes: the study holds the list)
+    study.set_user_attr(FRONT_ATTR, sorted(n for n in front if isinstance(n, int)))
 
 
 def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Config,

@@ -1,8 +1,11 @@
 """A confirmation run: one config trained at a longer budget, validated at even intervals; its
-validation curve (samples, training seconds, val_acc, loss) is what time to target is read from.
+validation curve (samples, training seconds, the target metric's value: val_acc or what
+``train.evaluate`` returns under ``confirm.metric``, loss) is what time to target is read from.
 
 Training seconds exclude the validations (they exist only to measure); everything else a user's
-run would pay is in them: data loading, the steps, the optimizer. One worker.
+run would pay is in them: data loading, the steps, the optimizer. One worker (``confirm_run``),
+or every rank of a data-parallel group (``confirm_measure`` with its ``Placement``: the group's
+backend launches it, rank 0 validates and returns the record).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 
 from tune_batch.config import Config
 from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
-from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm
+from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm, evaluate
 from tune_batch.trial.gns import NoiseScale, noise_scale
 from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags
 from tune_batch.trial.run import boundary, gns_figures, with_accumulation
@@ -56,18 +59,19 @@ _Curve = tuple[list[list[float]], float | None, int, str, NoiseScale | None]
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float,
-           extra: dict[str, Any] | None, accumulation: int = 1) -> _Curve:
-    ds, loader, _ = load_data(config, params, Placement(), device, extra)
+           extra: dict[str, Any] | None, accumulation: int = 1, placement: Placement = Placement()) -> _Curve:
+    ds, loader, sampler = load_data(config, params, placement, device, extra)
     samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
     deadline = start + confirm_timeout_s(config, samples)
     if total < 1:
         raise ValueError(f"a confirmation run of batch_size {params.batch_size} gets no full step: raise "
                          f"confirm.train_samples or confirm.epochs")
-    model, net = build_net(config, device, 1, extra)
+    model, net = build_net(config, device, placement.world, extra)
     opt = make_optimizer(config, net.parameters(), params.lr)
-    stepper = Stepper(net, opt, cycle(loader), device, deadline, None, params.batch_size,
+    stepper = Stepper(net, opt, cycle(loader, sampler), device, deadline, None, params.batch_size // placement.world,
                       Recipe.of(config, accumulation))
+    lead = placement.rank == 0  # validates (the other ranks wait for it in their next step's all-reduce)
     curve: list[list[float]] = []
     train_s, done = 0.0, 0
     for at in eval_steps(total, config.confirm.evaluations):
@@ -78,11 +82,26 @@ def _curve(config: Config, params: Params, device: torch.device, start: float,
         stepper.check_loss()  # syncs the device, so the seconds are the steps'
         train_s += time.perf_counter() - t
         check_batchnorm(model)
-        acc = accuracy(model, ds.val, device, params.batch_size)
+        acc = _validate(config, model, ds.val, device, params.batch_size // placement.world) if lead else math.nan
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
-    # after the last validation and outside train_s, as in a trial: the curve never sees it
-    gns = noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model), config.budget.gns_batches)
+    # after the last validation and outside train_s, as in a trial: the curve never sees it (the
+    # bare model, rank 0's own batches: no collective)
+    gns = (noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model), config.budget.gns_batches)
+           if lead else None)
     return curve, chance_rate(ds.val), done, ds.description, gns
+
+
+def _validate(config: Config, model: torch.nn.Module, val: Any, device: torch.device, batch: int) -> float:
+    """The value of the confirmation's metric (``Config.confirm_metric``) on ``val``: the built-in
+    accuracy, or what ``train.evaluate`` returns under that name (ValueError when it has none)."""
+    if config.train.evaluate is None:
+        return accuracy(model, val, device, batch)
+    name = (config.confirm_metric or ("val_acc", "maximize"))[0]
+    scores = evaluate(config, model, val, device, batch)
+    if name not in scores:
+        raise ValueError(f"train.evaluate returned {sorted(scores)}: no {name!r} to read time to target on "
+                         f"(confirm.metric)")
+    return scores[name]
 
 
 def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
@@ -93,28 +112,44 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
     start = time.perf_counter()
     p = Params.of(params)
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
+    if p.num_gpus > 1:
+        return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 is confirmed on a worker group: use the ray "
+                           "backend", duration_s=0.0, info=base)
+    return boundary(p, trial_id, threads, start, base, lambda: confirm_measure(
+        config, p, Placement(threads=threads), confirm_of=confirm_of, extra=extra, start=start).replace(
+        trial_id=trial_id))
+
+
+def confirm_measure(config: Config, params: Params, placement: Placement = Placement(), *,
+                    confirm_of: int | str | None = None, extra: dict[str, Any] | None = None,
+                    start: float | None = None) -> TrialResult:
+    """A confirmation run on this worker (every rank of a data-parallel group runs it; rank 0's
+    record is the run's: its curve, its validation). Raises on any fault."""
+    start = time.perf_counter() if start is None else start
+    p = params
+    base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
     device = pick_device()
+    world = placement.world
 
-    def work() -> TrialResult:
-        with precision_flags(config.train.precision, device):
-            def attempt(accumulation: int) -> _Curve:
-                apply_memory_cap(config, device)
-                return _curve(config, p, device, start, extra, accumulation)
+    with precision_flags(config.train.precision, device):
+        def attempt(accumulation: int) -> _Curve:
+            apply_memory_cap(config, device)
+            return _curve(config, p, device, start, extra, accumulation, placement)
 
-            (curve, chance, steps, data, est), accumulation = with_accumulation(config, p.batch_size, 1, device,
-                                                                                attempt)
-        samples, train_s, acc, loss = curve[-1]
-        sps = samples / train_s if train_s > 0 else None
-        # the noise scale at the end of the longer run (confirm.search_noise_scale pools the short ones only)
-        gns, eff, gns_info = gns_figures(config, p, est, train_s)
-        metrics = Metrics(samples_per_s=sps, val_acc=acc, duration_s=time.perf_counter() - start,
-                          grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None)
-        info = base.with_(device=device_name(device, torch.get_num_threads()), data=data, curve=curve,
-                          chance_acc=chance, steps=steps, train_samples_done=int(samples), train_s=train_s,
-                          final_loss=loss, world_size=1, per_worker_batch=p.batch_size,
-                          precision=config.train.precision, optimizer=config.optimizer.name,
-                          accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation)
-                          ).with_(**gns_info)
-        return TrialResult(trial_id, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
-
-    return boundary(p, trial_id, threads, start, base, work)
+        (curve, chance, steps, data, est), accumulation = with_accumulation(config, p.batch_size // world, world,
+                                                                            device, attempt)
+    samples, train_s, acc, loss = curve[-1]
+    sps = samples / train_s if train_s > 0 else None
+    # the noise scale at the end of the longer run (confirm.search_noise_scale pools the short ones only)
+    gns, eff, gns_info = gns_figures(config, p, est, train_s)
+    name = (config.confirm_metric or ("val_acc", "maximize"))[0]
+    metrics = Metrics(samples_per_s=sps, val_acc=acc if name == "val_acc" else None,
+                      other={} if name == "val_acc" else {name: acc}, duration_s=time.perf_counter() - start,
+                      grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None)
+    info = base.with_(device=device_name(device, torch.get_num_threads()), data=data, curve=curve,
+                      chance_acc=chance, steps=steps, train_samples_done=int(samples), train_s=train_s,
+                      final_loss=loss, world_size=world, per_worker_batch=p.batch_size // world,
+                      precision=config.train.precision, optimizer=config.optimizer.name,
+                      accumulation_steps=accumulation,
+                      micro_batch_size=-(-(p.batch_size // world) // accumulation)).with_(**gns_info)
+    return TrialResult(None, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)

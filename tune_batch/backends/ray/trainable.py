@@ -88,7 +88,8 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
 
         group = run_data_parallel(config, params, trial_id=trial_id, run_dir=run_dir,
                                   cpus_per_worker=plan.worker_cpus(params.num_gpus),
-                                  threads_per_worker=plan.threads_per_worker[params.num_gpus], use_gpu=plan.gpus > 0)
+                                  threads_per_worker=plan.threads_per_worker[params.num_gpus], use_gpu=plan.gpus > 0,
+                                  confirm_of=spec.get("confirm_of"))
         result, hung = group.result, group.group_alive
     else:
         result, hung = _one_worker(config, params, trial_id, run_dir, spec.get("confirm_of"))
