@@ -96,12 +96,13 @@ def test_the_shipped_trainer_configs_load() -> None:
 
 
 def test_preflight_refuses_what_a_trainer_loop_cannot_do_yet() -> None:
+    need("lightning")
     from tune_batch.runner import preflight
 
     with pytest.raises(ConfigError, match=r"space.num_gpus = \[1, 2\]: train.loop = lightning runs one device"):
         preflight(trainer_config("lightning", "lightning_cnn", space={"num_gpus": [1, 2]}))
-    with pytest.raises(ConfigError, match=r"confirm.candidates = 2: .* allowed: 0"):
-        preflight(trainer_config("lightning", "lightning_cnn", confirm={"candidates": 2}))
+    with pytest.raises(ConfigError, match=r"confirm.epochs = 2.0: with train.loop = lightning give confirm.train_samples"):
+        preflight(trainer_config("lightning", "lightning_cnn", confirm={"candidates": 2, "epochs": 2.0}))
 
 
 @pytest.mark.parametrize("builder, match", [
@@ -239,6 +240,45 @@ def test_keras_trial_measures_fit() -> None:
     assert "val_loss" in r.metrics.other
     # fit keeps the short last batch of each epoch: the samples are counted as they ran
     assert r.info.steps == 4 and r.info.train_samples_done <= 256
+
+
+# ---------------------------------------------------------------- confirmation at length
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop, builder, metric", [
+    ("lightning", "lightning_cnn", "val_acc"), ("transformers", "hf_tiny", "eval_loss"), ("keras", "keras_dense", "val_acc"),
+])
+def test_confirmation_runs_in_the_trainer_with_its_own_evaluation(loop: str, builder: str, metric: str) -> None:
+    need(loop)
+    from tune_batch.trial.curve import confirm_run
+
+    objectives = [{"metric": "samples_per_s"}, {"metric": metric, "direction": "minimize" if "loss" in metric else
+                                                "maximize"}]
+    cfg = trainer_config(loop, builder, objectives=objectives,
+                         confirm={"candidates": 1, "train_samples": 640, "evaluations": 4, "seeds": 1})
+    assert cfg.confirm_metric[0] == metric
+    r = confirm_run(cfg, {"batch_size": 32, "lr": 0.01}, trial_id="0c0", confirm_of=0)
+    assert r.status is Status.OK, (r.reason, r.traceback)
+    assert (r.info.loop, r.info.confirm_of, r.kind) == (loop, 0, "confirm")
+    curve = r.info.curve
+    assert [p[0] for p in curve] == [160.0, 320.0, 480.0, 640.0]  # every 5 of the 20 steps, the last at the end
+    assert all(b[1] > a[1] for a, b in zip(curve, curve[1:]))  # training seconds grow, evaluations left out
+    assert r.metrics.value(metric) == curve[-1][2] and r.metrics.samples_per_s == pytest.approx(640 / curve[-1][1])
+
+
+@pytest.mark.slow
+def test_a_search_in_lightning_confirms_its_candidates_there(tmp_path: Path) -> None:
+    need("lightning")
+    from tune_batch.runner import search
+
+    cfg = trainer_config("lightning", "lightning_cnn", search={"backend": "optuna"},
+                         confirm={"candidates": 1, "train_samples": 512, "evaluations": 2, "seeds": 1})
+    result = search(cfg, tmp_path / "run", quiet=True)
+    records = [*result.records, *result.report.confirm_runs]
+    assert all(r.info.loop == "lightning" for r in records)
+    assert any(r.kind == "confirm" and r.info.curve for r in records)
+    assert result.report.confirmation is not None
 
 
 # ---------------------------------------------------------------- the answer back in the trainer

@@ -369,7 +369,7 @@ class Config(_Section):
     def confirm_metric(self) -> tuple[str, str] | None:
         """(name, direction) of the metric confirmation reads time to target on; None when
         ``train.evaluate`` measures no objective it could be."""
-        if self.train.evaluate is None:
+        if self.train.evaluate is None and self.train.loop == "tune_batch":  # a trainer loop logs its own metrics
             return "val_acc", "maximize"
         name = self.confirm.metric
         if name is None:

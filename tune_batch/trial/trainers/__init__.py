@@ -57,17 +57,24 @@ def measure_trainer(config: Config, params: Params, *, start: float | None = Non
 
 def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
     """What a search checks before it writes anything, for a trainer loop: one device per trial,
-    no confirmation at length (it runs tune_batch's loop), and the builder's pieces (built once).
+    a confirmation it can run, and the builder's pieces (built once).
     Returns a one-line description. Raises ConfigError / WorkloadError (one line)."""
     loop = config.train.loop
     if list(config.space.num_gpus) != [1]:
         raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: train.loop = {loop} runs one device per "
                           f"trial in this version; allowed: [1]")
-    if config.confirm.candidates:
-        raise ConfigError(f"confirm.candidates = {config.confirm.candidates}: confirmation at length runs tune_batch's "
-                          f"own loop only in this version; with train.loop = {loop} allowed: 0")
+    if config.confirm.candidates and config.confirm.epochs is not None:
+        raise ConfigError(f"confirm.epochs = {config.confirm.epochs}: with train.loop = {loop} give "
+                          f"confirm.train_samples (the builder's data size is the trainer's business)")
+    if config.confirm.candidates and config.confirm_metric is None:
+        raise ConfigError(f"confirm.candidates = {config.confirm.candidates}: no objective to read time to target on; "
+                          f"add val_acc or a metric the trainer's evaluation logs to objectives")
     smallest = batch_size or min(config.space.batch_choices())
     if config.budget.train_samples < 2 * smallest:
         raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
                           f"batch_size ({2 * smallest})")
-    return loop_module(loop).describe(config)
+    from tune_batch.trial.trainers.common import quiet
+
+    module = loop_module(loop)
+    with quiet(module.LOGGERS):
+        return module.describe(config)

@@ -174,6 +174,7 @@ class TrainerRun:
     data_workers: int = 0
     chance_acc: float | None = None
     short_batches: int = 0  # steps of fewer samples than the batch (a trainer that keeps short last batches)
+    curve: list[list[float]] | None = None  # a confirmation run's evaluations (trainers.curve)
     notes: dict[str, Any] = field(default_factory=dict)  # the loop's own facts, kept in the record's info
 
 

@@ -25,6 +25,7 @@ from tune_batch.errors import WorkloadError
 from tune_batch.records import Params
 from tune_batch.trial.setup import MemoryCap, StepPlan
 from tune_batch.trial.trainers.common import TrainerRun, build_pieces, chance_of, wrong_piece
+from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan
 from tune_batch.trial.trainers.meter import Meter
 
 
@@ -54,14 +55,18 @@ class MeterCallback(keras.callbacks.Callback):
     """Drives the :class:`Meter` from Keras's batch hooks and stops ``fit`` after the trial's
     steps. ``on_train_batch_begin`` comes after the batch was drawn."""
 
-    def __init__(self, meter: Meter, samples: int, batch_size: int) -> None:
+    def __init__(self, meter: Meter, samples: int, batch_size: int, recorder: CurveRecorder | None = None,
+                 validation: Any = None) -> None:
         super().__init__()
         self.meter, self.samples, self.batch_size = meter, samples, batch_size
         self.per_epoch = math.ceil(samples / batch_size)
         self.short_batches = 0
+        self.recorder, self.validation = recorder, validation
 
     def on_train_begin(self, logs: Any = None) -> None:
         self.meter.train_begin()
+        if self.recorder is not None:
+            self.recorder.start()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         self.meter.step_begin()
@@ -70,6 +75,13 @@ class MeterCallback(keras.callbacks.Callback):
         n = self.batch_size if batch < self.per_epoch - 1 else self.samples - (self.per_epoch - 1) * self.batch_size
         self.short_batches += int(n < self.batch_size)
         self.meter.step_end(n, (logs or {}).get("loss"))
+        if self.recorder is not None and self.recorder.plan.due(self.meter.steps):
+            # Keras validates per epoch only (validation_freq): a confirmation run's evaluations
+            # every `every` steps are model.evaluate, as fit itself runs it at an epoch's end
+            self.recorder.eval_begin()
+            x, y = self.validation
+            self.recorder.eval_end(_scores(self.model.evaluate(x, y, batch_size=self.batch_size, verbose=0,
+                                                               return_dict=True)))
         if self.meter.steps >= self.meter.plan.total:
             self.model.stop_training = True
 
@@ -113,8 +125,9 @@ def _scores(out: dict[str, Any]) -> dict[str, float]:
 
 
 def train(config: Config, params: Params, plan: StepPlan, device: torch.device, cap: MemoryCap, deadline: float,
-          validate: bool) -> TrainerRun:
-    """Run the trial's steps in the user's ``model.fit``; raises on any fault."""
+          validate: bool, evals: EvalPlan | None = None) -> TrainerRun:
+    """Run the trial's steps in the user's ``model.fit`` (``evals``: a confirmation run's
+    evaluations, by ``model.evaluate`` from the callback); raises on any fault."""
     meter = Meter(plan, device, cap.bytes, deadline)
     keras.utils.set_random_seed(config.search.seed)
     pieces = _pieces(config)
@@ -123,7 +136,12 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
     if n < params.batch_size:
         raise ValueError(f"the training set has {n} samples, fewer than batch_size {params.batch_size}")
     _set_lr(model, params.lr)
-    callback = MeterCallback(meter, n, params.batch_size)
+    val = pieces.get("validation_data")
+    if evals is not None and val is None:
+        raise ValueError("train.builder returned no 'validation_data': confirmation's evaluations have nothing to "
+                         "run on")
+    recorder = CurveRecorder(meter, evals) if evals is not None else None
+    callback = MeterCallback(meter, n, params.batch_size, recorder, val)
     epochs = math.ceil(plan.total / callback.per_epoch)
     try:
         model.fit(x, y, batch_size=params.batch_size, epochs=epochs, shuffle=True, verbose=0,
@@ -133,11 +151,11 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
     window = meter.finish()
     peak, method = meter.peak()
     scores: dict[str, float] = {}
-    val = pieces.get("validation_data")
     if validate and val is not None:
         scores = _scores(model.evaluate(val[0], val[1], batch_size=params.batch_size, verbose=0, return_dict=True))
     return TrainerRun(window, peak, method, scores, meter.last_loss, f"{type(x).__name__} of {n} samples",
                       meter.steps, meter.samples_done, meter.window_samples, 1, params.batch_size,
                       keras.config.dtype_policy().name, 0,
-                      chance_of(val[1]) if validate and val is not None else None, callback.short_batches,
-                      notes={"trainer": f"keras {keras.__version__} (torch backend)"})
+                      chance_of(val[1]) if val is not None else None, callback.short_batches,
+                      notes={"trainer": f"keras {keras.__version__} (torch backend)"},
+                      curve=recorder.points if recorder is not None else None)

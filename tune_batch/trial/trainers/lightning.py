@@ -30,6 +30,7 @@ from tune_batch.trial.trainers.common import (
     scale_lr,
     wrong_piece,
 )
+from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan
 from tune_batch.trial.trainers.meter import Meter
 
 LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
@@ -96,9 +97,30 @@ def describe(config: Config) -> str:
             f"Trainer on {len(train)} training samples")
 
 
+class CurveCallback(pl.Callback):
+    """A confirmation run's evaluations: Lightning's own validation every ``val_check_interval``."""
+
+    def __init__(self, recorder: CurveRecorder) -> None:
+        self.recorder = recorder
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorder.start()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorder.eval_begin()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorder.eval_end(_floats(trainer.callback_metrics))
+
+
+def _floats(metrics: Any) -> dict[str, float]:
+    return {str(k): float(v) for k, v in dict(metrics).items()}
+
+
 def train(config: Config, params: Params, plan: StepPlan, device: torch.device, cap: MemoryCap, deadline: float,
-          validate: bool) -> TrainerRun:
-    """Run the trial's steps in the user's Lightning Trainer; raises on any fault."""
+          validate: bool, evals: EvalPlan | None = None) -> TrainerRun:
+    """Run the trial's steps in the user's Lightning Trainer (``evals``: a confirmation run's
+    evaluations, by Lightning's ``val_check_interval``); raises on any fault."""
     meter = Meter(plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
     user = dict(pieces.get("trainer") or {})
@@ -106,33 +128,47 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
     micro = micro_batch(config, params.batch_size, accumulation, "accumulate_grad_batches")
     seed = config.search.seed
     loader = loader_of(pieces["train"], micro, train=True, seed=seed)
+    val = pieces.get("val")
+    if evals is not None and val is None:
+        raise ValueError("train.builder returned no 'val': confirmation's validations have nothing to run on")
+    val_loader = loader_of(val, micro, train=False, seed=seed) if val is not None else None
     meter.data_workers = loader.num_workers
     callback = MeterCallback(meter, params.lr, accumulation)
     theirs = user.get("callbacks") or []
+    ours: list[pl.Callback] = [callback]
+    timing: dict[str, Any] = {}
+    recorder = CurveRecorder(meter, evals) if evals is not None else None
+    if recorder is not None:
+        ours.append(CurveCallback(recorder))
+        timing = {"val_check_interval": evals.every * accumulation, "check_val_every_n_epoch": None}  # type: ignore[union-attr]
     with tempfile.TemporaryDirectory(prefix="tune_batch-lightning-") as root:
         kwargs = {"default_root_dir": root, **QUIET_DEFAULTS, **{k: v for k, v in user.items() if k not in OWNED},
                   "max_steps": plan.total, "max_epochs": -1, "devices": 1, "num_sanity_val_steps": 0,
                   "accelerator": user.get("accelerator", "gpu" if device.type == "cuda" else "cpu"),
-                  "callbacks": [*(theirs if isinstance(theirs, list) else [theirs]), callback]}
+                  "callbacks": [*(theirs if isinstance(theirs, list) else [theirs]), *ours], **timing}
         trainer = pl.Trainer(**kwargs)
         module = pieces["module"]
         try:
-            trainer.fit(module, train_dataloaders=loader)
+            trainer.fit(module, train_dataloaders=loader, val_dataloaders=val_loader if recorder else None)
         finally:
             meter.abort()
         window = meter.finish()
         peak, method = meter.peak()
         scores: dict[str, float] = {}
-        val = pieces.get("val")
-        if validate and val is not None:
-            out = trainer.validate(module, dataloaders=loader_of(val, micro, train=False, seed=seed), verbose=False)
-            scores = {str(k): float(v) for k, v in (out[0] if out else {}).items()}
+        if (validate or (recorder is not None and recorder.needs_final)) and val_loader is not None:
+            if recorder is not None:
+                recorder.eval_begin()
+            out = trainer.validate(module, dataloaders=val_loader, verbose=False)
+            scores = _floats(out[0] if out else {})
+            if recorder is not None:
+                recorder.eval_end(scores)
     val_set = val.dataset if isinstance(val, torch.utils.data.DataLoader) else val
-    return TrainerRun(window, peak, method, scores, meter.last_loss, f"{type(loader.dataset).__name__} of "
-                      f"{len(loader.dataset)} samples", meter.steps, meter.samples_done,  # type: ignore[arg-type]
-                      meter.window_samples, accumulation, micro, str(trainer.precision), loader.num_workers,
-                      _chance(val_set) if validate else None,
-                      notes={"lr_factor": callback.lr_factor, "trainer": f"lightning {pl.__version__}"})
+    return TrainerRun(window, peak, method, scores if validate else {}, meter.last_loss,
+                      f"{type(loader.dataset).__name__} of {len(loader.dataset)} samples",  # type: ignore[arg-type]
+                      meter.steps, meter.samples_done, meter.window_samples, accumulation, micro,
+                      str(trainer.precision), loader.num_workers, _chance(val_set) if val is not None else None,
+                      notes={"lr_factor": callback.lr_factor, "trainer": f"lightning {pl.__version__}"},
+                      curve=recorder.points if recorder is not None else None)
 
 
 def _chance(val: Any) -> float | None:

@@ -28,6 +28,7 @@ from tune_batch.records import Params
 from tune_batch.trial.loop import batch_len
 from tune_batch.trial.setup import MemoryCap, StepPlan
 from tune_batch.trial.trainers.common import TrainerRun, build_pieces, micro_batch, scale_lr, wrong_piece
+from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan
 from tune_batch.trial.trainers.meter import Meter
 
 LOGGERS = ("transformers", "accelerate")
@@ -100,20 +101,56 @@ def describe(config: Config) -> str:
             f"{transformers.__version__}'s Trainer on {len(pieces['train_dataset'])} training samples")
 
 
+class CurveCallback(TrainerCallback):
+    """A confirmation run's evaluations: the Trainer's own every ``eval_steps`` (and, in versions
+    that do, at the last step); each follows the ``on_step_end`` where the Trainer's flow callback
+    (called before ours) has set ``control.should_evaluate``."""
+
+    def __init__(self, recorder: CurveRecorder) -> None:
+        self.recorder = recorder
+
+    def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        self.recorder.start()
+
+    def on_step_end(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        if control.should_evaluate:
+            self.recorder.eval_begin()
+
+    def on_evaluate(self, args: TrainingArguments, state: Any, control: Any, metrics: Any = None,
+                    **kwargs: Any) -> None:
+        self.recorder.eval_end(_scores(metrics or {}))
+
+
+def _scores(out: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in out.items() if k not in _EVAL_TIMING and isinstance(v, int | float)}
+
+
+def _overrides(config: Config, params: Params, plan: StepPlan, device: torch.device, micro: int,
+               evals: EvalPlan | None) -> dict[str, Any]:
+    """The TrainingArguments a trial decides (the rest of the user's stay)."""
+    timing: dict[str, Any] = {"eval_strategy": "no"}
+    if evals is not None:
+        timing = {"eval_strategy": "steps", "eval_steps": evals.every}
+    return {"per_device_train_batch_size": micro, "learning_rate": params.lr, "max_steps": plan.total,
+            "seed": config.search.seed, "save_strategy": "no", "auto_find_batch_size": False,
+            "dataloader_drop_last": True, "disable_tqdm": True, "use_cpu": device.type == "cpu", **timing}
+
+
 def train(config: Config, params: Params, plan: StepPlan, device: torch.device, cap: MemoryCap, deadline: float,
-          validate: bool) -> TrainerRun:
-    """Run the trial's steps in the user's Trainer; raises on any fault."""
+          validate: bool, evals: EvalPlan | None = None) -> TrainerRun:
+    """Run the trial's steps in the user's Trainer (``evals``: a confirmation run's evaluations,
+    by the Trainer's ``eval_steps``); raises on any fault."""
     meter = Meter(plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
     accumulation = accumulation_of(pieces)
     micro = micro_batch(config, params.batch_size, accumulation, "gradient_accumulation_steps")
     if len(pieces["train_dataset"]) < micro:
         raise ValueError(f"the training set has {len(pieces['train_dataset'])} samples, fewer than batch_size {micro}")
-    overrides = {"per_device_train_batch_size": micro, "learning_rate": params.lr, "max_steps": plan.total,
-                 "seed": config.search.seed, "eval_strategy": "no", "save_strategy": "no",
-                 "auto_find_batch_size": False, "dataloader_drop_last": True, "disable_tqdm": True,
-                 "use_cpu": device.type == "cpu"}
+    if evals is not None and pieces.get("eval_dataset") is None:
+        raise ValueError("train.builder returned no 'eval_dataset': confirmation's evaluations have nothing to run on")
     callback = MeterCallback(meter)
+    recorder = CurveRecorder(meter, evals) if evals is not None else None
+    ours: list[TrainerCallback] = [callback, *([CurveCallback(recorder)] if recorder is not None else [])]
     model = pieces["model"]
     hook = model.register_forward_hook(callback.forward_hook, with_kwargs=True)
     optimizers = pieces.get("optimizers")
@@ -121,12 +158,12 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
         scale_lr([optimizers[0]], [optimizers[1]] if optimizers[1] is not None else [], params.lr)
     try:
         with tempfile.TemporaryDirectory(prefix="tune_batch-transformers-") as root:
-            args = _arguments(pieces, overrides, root)
+            args = _arguments(pieces, _overrides(config, params, plan, device, micro, evals), root)
             meter.data_workers = args.dataloader_num_workers
             extra = {k: pieces[k] for k in ("eval_dataset", "data_collator", "compute_metrics", "processing_class",
                                             "optimizers") if pieces.get(k) is not None}
             trainer = Trainer(model=model, args=args, train_dataset=pieces["train_dataset"],
-                              callbacks=[*(pieces.get("callbacks") or []), callback], **extra)
+                              callbacks=[*(pieces.get("callbacks") or []), *ours], **extra)
             for quiet_cb in (PrinterCallback, ProgressCallback):  # a trial prints nothing per step
                 trainer.remove_callback(quiet_cb)
             try:
@@ -137,14 +174,18 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
             window = meter.finish()
             peak, method = meter.peak()
             scores: dict[str, float] = {}
-            if validate and pieces.get("eval_dataset") is not None:
-                out = trainer.evaluate()
-                scores = {k: float(v) for k, v in out.items() if k not in _EVAL_TIMING and isinstance(v, int | float)}
+            if (validate and pieces.get("eval_dataset") is not None) or (recorder is not None and recorder.needs_final):
+                if recorder is not None:
+                    trainer.remove_callback(CurveCallback)  # this evaluation is recorded here, once
+                    recorder.eval_begin()
+                scores = _scores(trainer.evaluate())
+                if recorder is not None:
+                    recorder.eval_end(scores)
     finally:
         hook.remove()
     precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
-    return TrainerRun(window, peak, method, scores, meter.last_loss,
+    return TrainerRun(window, peak, method, scores if validate else {}, meter.last_loss,
                       f"{type(pieces['train_dataset']).__name__} of {len(pieces['train_dataset'])} samples",
                       meter.steps, meter.samples_done, meter.window_samples, accumulation, micro, precision,
-                      args.dataloader_num_workers,
-                      notes={"trainer": f"transformers {transformers.__version__}"})
+                      args.dataloader_num_workers, notes={"trainer": f"transformers {transformers.__version__}"},
+                      curve=recorder.points if recorder is not None else None)
