@@ -63,6 +63,9 @@ def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
     if list(config.space.num_gpus) != [1]:
         raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: train.loop = {loop} runs one device per "
                           f"trial in this version; allowed: [1]")
+    if config.baseline is not None and config.baseline.num_gpus != 1:
+        raise ConfigError(f"baseline.num_gpus = {config.baseline.num_gpus}: train.loop = {loop} runs one device per "
+                          f"run in this version; allowed: 1")
     if config.confirm.candidates and config.confirm.epochs is not None:
         raise ConfigError(f"confirm.epochs = {config.confirm.epochs}: with train.loop = {loop} give "
                           f"confirm.train_samples (the builder's data size is the trainer's business)")
