@@ -132,8 +132,8 @@ def render(target: str, run_dir: str | Path) -> str:
                   f"# in configure_optimizers: lr={kwargs['optimizer']['lr']!r} (the first param group's; tune_batch "
                   f"kept the other groups' and the scheduler's ratios to it)"]
     else:
-        lines += [_call("keras.optimizers.<yours>", kwargs["optimizer"]).replace("(", "(..., ", 1),
-                  _call("model.fit", kwargs["fit"]).replace("(", "(x, y, ", 1)]
+        lines += [f"model.optimizer.{k} = {v!r}" for k, v in kwargs["optimizer"].items()]
+        lines.append(_call("model.fit", kwargs["fit"]).replace("(", "(x, y, ", 1))
     return "\n".join(lines)
 
 
