@@ -28,6 +28,9 @@ ALLOWED = {
     "optuna": lambda rel: rel in ("study/seam.py", "study/samplers.py", "backends/local.py"),
     # where training runs (and the device checks before a search or max-batch)
     "torch": lambda rel: rel.startswith(("trial/", "measure/", "workload/", "backends/", "pipeline/")),
+    # the user's trainers: only in the loop that runs them, and in the shipped examples' builders
+    **{lib: (lambda rel: rel.startswith(("trial/trainers/", "workload/examples/")))
+       for lib in ("lightning", "pytorch_lightning", "transformers", "keras")},
 }
 #: The floors of the house, lowest first. A module imports only from its own package or from a
 #: package on a floor below; two packages on one floor do not import each other. The modules at
@@ -41,7 +44,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("store", "measure", "workload"),
     ("analysis",),
     ("trial", "study", "decide"),
-    ("output",),
+    ("output", "export"),
     ("backends",),
     ("pipeline",),
     ("cli", "optuna", "__init__"),
@@ -192,8 +195,10 @@ def test_heavy_libraries_only_where_they_belong(lib: str) -> None:
 
 def test_importing_the_package_loads_no_heavy_library() -> None:
     code = ("import sys, tune_batch, tune_batch.cli, tune_batch.config, tune_batch.analysis.report, "
-            "tune_batch.output.files, tune_batch.output.text, tune_batch.pipeline.search, tune_batch.store.records; "
-            "print(sorted(m for m in ('ray', 'torch', 'optuna') if m in sys.modules))")
+            "tune_batch.output.files, tune_batch.output.text, tune_batch.pipeline.search, tune_batch.store.records, "
+            "tune_batch.export; "
+            "print(sorted(m for m in ('ray', 'torch', 'optuna', 'lightning', 'transformers', 'keras', 'accelerate') "
+            "if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr

@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--output", "-o",
                     help="run directory for the record and the trace (default runs/<name>-probe-<timestamp>)")
 
+    e = sub.add_parser("export", help="print the recommendation in a trainer's own terms", parents=[common])
+    e.add_argument("run_dir")
+    e.add_argument("--to", required=True, choices=["lightning", "transformers", "keras"], help="the trainer")
+    e.add_argument("--json", action="store_true", help="print the keyword arguments as JSON")
+
     r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl", parents=[common])
     r.add_argument("run_dir")
     r.add_argument("--prefer", help="as for search: an objective name or weights; default: the knee")
@@ -151,13 +156,26 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from tune_batch.export import render, render_json
+
+    if not args.json:
+        print(render(args.to, args.run_dir))
+        return 0
+    text, note = render_json(args.to, args.run_dir)
+    if note:
+        print(f"tune-batch: {note}", file=sys.stderr)
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
     commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report, "max-batch": _cmd_max_batch,
-                "probe": _cmd_probe}
+                "probe": _cmd_probe, "export": _cmd_export}
     try:
         return commands[args.command](args)
     except UserError as e:

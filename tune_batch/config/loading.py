@@ -21,7 +21,7 @@ from tune_batch.errors import ConfigError
 
 #: Where a config may hold a Python callable instead of "pkg.module:function" (notebooks).
 CALLABLE_SLOTS = {"model": ("model", "name"), "data": ("data", "name"), "step": ("train", "step"),
-                  "evaluate": ("train", "evaluate")}
+                  "evaluate": ("train", "evaluate"), "builder": ("train", "builder")}
 
 
 def _with_callables(raw: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:

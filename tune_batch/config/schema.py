@@ -67,8 +67,9 @@ class ObjectiveConfig(_Section):
     @field_validator("metric")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in OBJECTIVE_METRICS and not (v.startswith("val_") and len(v) > 4):
-            raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}, or a val_* metric train.evaluate returns")
+        if v not in OBJECTIVE_METRICS and not re.fullmatch(r"(val|eval)_\w+", v):
+            raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}, or a val_* / eval_* metric the evaluation "
+                             f"returns")
         return v
 
 
@@ -285,7 +286,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _custom_metrics(self) -> Config:
         custom = [m for m in self.metric_names if m not in OBJECTIVE_METRICS]
-        if custom and self.train.evaluate is None:
+        if custom and self.train.evaluate is None and self.train.loop == "tune_batch":  # a trainer logs its own
             raise ValueError(f"objective {custom[0]!r} is not measured by the built-in evaluation (val_acc); set "
                              f"train.evaluate to a function returning it")
         return self
@@ -310,7 +311,7 @@ class Config(_Section):
     def confirm_metric(self) -> tuple[str, str] | None:
         """(name, direction) of the metric confirmation reads time to target on; None when
         ``train.evaluate`` measures no objective it could be."""
-        if self.train.evaluate is None:
+        if self.train.evaluate is None and self.train.loop == "tune_batch":  # a trainer loop logs its own metrics
             return "val_acc", "maximize"
         name = self.confirm.metric
         if name is None:

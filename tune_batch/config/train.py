@@ -3,9 +3,9 @@ accumulation, memory format, compilation, and the user's own step and evaluation
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: torch.optim optimizers by name (lower case) -> their class in torch.optim; LBFGS needs a
 #: closure and is not offered.
@@ -14,6 +14,12 @@ OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "adamax": "Adamax"
 #: Adam-like: adaptive per-parameter steps, whose learning rate scales with the square root of
 #: the batch size; SGD-like ones scale linearly (Goyal et al. 2017).
 ADAPTIVE = ("adam", "adamw", "adamax", "nadam", "radam", "rmsprop", "adagrad", "adadelta")
+#: Whose training loop a trial runs: tune_batch's own, or the user's trainer (trial/trainers/).
+Loop = Literal["tune_batch", "lightning", "transformers", "keras"]
+LOOPS: tuple[str, ...] = get_args(Loop)
+#: Where each trainer takes what tune_batch's own loop settings would set (train.* fields).
+_TRAINER_OWN = {"precision": "fp32", "accumulation": 1, "channels_last": False, "compile": False, "step": None,
+                "evaluate": None}
 
 
 class Section(BaseModel):
@@ -61,6 +67,13 @@ class TrainConfig(Section):
     """"pkg.module:function" called as fn(model, batch, device) -> loss (any batch structure)."""
     evaluate: str | None = None
     """"pkg.module:function" called as fn(model, loader, device) -> {"metric": value, ...}."""
+    loop: Loop = "tune_batch"
+    """Whose loop a trial runs: tune_batch's own, or the user's Lightning, Transformers or Keras trainer."""
+    builder: str | None = None
+    """"pkg.module:function" returning the user's trainer pieces (a train.loop other than tune_batch;
+    docs/trainers.md)."""
+    builder_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to train.builder."""
 
     @field_validator("accumulation")
     @classmethod
@@ -69,9 +82,25 @@ class TrainConfig(Section):
             raise ValueError("allowed: an integer >= 1, or 'auto'")
         return v
 
-    @field_validator("step", "evaluate")
+    @field_validator("step", "evaluate", "builder")
     @classmethod
     def _function(cls, v: str | None) -> str | None:
         if v is not None and (":" not in v or not all(v.split(":", 1))):
             raise ValueError("allowed: 'pkg.module:function'")
         return v
+
+    @model_validator(mode="after")
+    def _trainer_loop(self) -> TrainConfig:
+        if self.loop == "tune_batch":
+            if self.builder is not None:
+                raise ValueError(f"builder = {self.builder!r} needs a trainer loop; allowed: train.loop = lightning, "
+                                 f"transformers or keras (tune_batch's own loop takes model.name and data.name)")
+            return self
+        if self.builder is None:
+            raise ValueError(f"loop = {self.loop!r} needs train.builder: 'pkg.module:function' returning the "
+                             f"trainer's pieces (docs/trainers.md)")
+        for key, default in _TRAINER_OWN.items():
+            if getattr(self, key) != default:
+                raise ValueError(f"{key} = {getattr(self, key)!r} is tune_batch's own loop setting; with loop = "
+                                 f"{self.loop!r} set it in your trainer instead (allowed here: {default!r})")
+        return self

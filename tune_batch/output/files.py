@@ -28,6 +28,8 @@ def best_config_yaml(report: Report) -> str | None:
     head = [
         f"# tune_batch recommendation from trial {rec.trial_id} ({report.method})",
         f"# batch_size={p.batch_size} lr={p.lr:.6g} num_gpus={p.num_gpus}",
+        f"# measured in: {cfg.train.loop}" + ("" if cfg.train.loop == "tune_batch" else " (the user's own trainer; "
+                                                 f"tune-batch export RUN_DIR --to {cfg.train.loop})"),
         "# measured: " + ", ".join(f"{k}={v:.4g}" for k, v in measured if v is not None),
         "# the space below is that single point; 'tune-batch search' on this file re-measures it",
     ]

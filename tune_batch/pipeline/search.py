@@ -65,6 +65,10 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     from tune_batch.workload import build_datasets, build_model
 
     check_trackers(config.search.log_to)
+    if config.train.loop != "tune_batch":  # the user's trainer: its builder's pieces are checked instead
+        from tune_batch.trial.trainers import preflight_trainer
+
+        return preflight_trainer(config, batch_size)
     ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
     model = build_model(config.model)
     n_params = sum(p.numel() for p in model.parameters())

@@ -138,6 +138,7 @@ class TrialInfo(_Flat):
     curve: list[list[float]] | None = None  # confirmation: [samples, train seconds, val_acc, loss] per validation
     chance_acc: float | None = None  # the majority-class share of the validation set
     # the training loop
+    loop: str | None = None  # train.loop: tune_batch's own, or the user's trainer (lightning, transformers, keras)
     precision: str | None = None
     optimizer: str | None = None
     accumulation_steps: int | None = None

@@ -115,6 +115,13 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
     if p.num_gpus > 1:
         return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 is confirmed on a worker group: use the ray "
                            "backend", duration_s=0.0, info=base)
+    if config.train.loop != "tune_batch":  # in the user's own trainer, with its own evaluation (trial/trainers/)
+        from tune_batch.trial.trainers.curve import confirm_trainer
+
+        samples = confirm_samples(config, 0)  # confirm.epochs is refused for a trainer loop (preflight)
+        return boundary(p, trial_id, threads, start, base.with_(loop=config.train.loop), lambda: confirm_trainer(
+            config, p, samples, confirm_timeout_s(config, samples), confirm_of=confirm_of, start=start).replace(
+            trial_id=trial_id))
     return boundary(p, trial_id, threads, start, base, lambda: confirm_measure(
         config, p, Placement(threads=threads), confirm_of=confirm_of, extra=extra, start=start).replace(
         trial_id=trial_id))

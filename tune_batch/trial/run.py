@@ -273,6 +273,8 @@ def measure(config: Config, params: Params, placement: Placement = Placement(), 
     ``train.accumulation: auto``, a batch that runs out of memory is trained again from the start
     in twice as many micro-batches."""
     start = time.perf_counter() if start is None else start
+    if config.train.loop != "tune_batch":  # a worker group of the user's trainer: not in this version
+        raise ValueError(f"train.loop = {config.train.loop} runs one device per trial; space.num_gpus allowed: [1]")
     deadline = start + config.budget.trial_timeout_s
     device = pick_device()
     trace_dir = trace_dir_of(run_dir, trial_id)
@@ -306,6 +308,11 @@ def run_trial(config: Config, params: Params | dict[str, Any], *, trial_id: int 
     if p.num_gpus > 1:
         return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 runs on a worker group: use the ray backend",
                            duration_s=0.0, info=base)
+    if config.train.loop != "tune_batch":  # the user's own trainer, measured by a callback (trial/trainers/)
+        from tune_batch.trial.trainers import measure_trainer
+
+        return boundary(p, trial_id, threads, start, base.with_(loop=config.train.loop), lambda: measure_trainer(
+            config, p, start=start, validate=validate).replace(trial_id=trial_id))
     return boundary(p, trial_id, threads, start, base, lambda: measure(
         config, p, Placement(threads=threads, node_id=node_id), extra=extra, run_dir=run_dir, trial_id=trial_id,
         validate=validate, start=start))
