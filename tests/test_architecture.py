@@ -206,11 +206,16 @@ def test_importing_the_package_loads_no_heavy_library() -> None:
 
 
 def process_state() -> dict[str, Any]:
-    """What a search could change process-wide: logger levels, warning filters, environment."""
+    """What a search could change process-wide: logger levels, warning filters, environment,
+    torch's global random state and its thread count."""
+    import torch
+
     return {
         "levels": {n: logging.getLogger(n).level for n in ("ray", "ray.tune", "ray.train", "optuna", "tune_batch")},
         "filters": list(warnings.filters),
         "env": dict(os.environ),
+        "torch_rng": torch.random.get_rng_state().numpy().tobytes(),
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -239,5 +244,24 @@ def test_search_leaves_no_process_wide_state_behind(tmp_path: Path) -> None:
     assert not changed_env, {k: (before["env"].get(k), after["env"].get(k)) for k in changed_env}
     assert after["levels"] == before["levels"]
     assert after["filters"] == before["filters"], [f for f in after["filters"] if f not in before["filters"]]
+    assert after["torch_rng"] == before["torch_rng"] and after["threads"] == before["threads"]
     logging.getLogger("optuna").setLevel(logging.WARNING)
     logging.getLogger("ray").setLevel(logging.NOTSET)
+
+
+def test_a_trial_leaves_the_callers_torch_random_state_and_threads() -> None:
+    """run_trial (the quickstart's model, one small trial) seeds torch for itself, and puts the
+    caller's global random state and thread count back."""
+    import torch
+
+    from tests.conftest import REPO
+    from tune_batch import load_config, run_trial
+
+    cfg = load_config(REPO / "configs" / "quickstart.yaml", ["budget.train_samples=256", "resources.peak_flops=1e11"])
+    torch.manual_seed(1234)
+    torch.rand(3)  # somewhere in the caller's stream
+    before = process_state()
+    r = run_trial(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, threads=1)
+    assert r.status.value == "ok", r.reason
+    after = process_state()
+    assert after["torch_rng"] == before["torch_rng"] and after["threads"] == before["threads"]

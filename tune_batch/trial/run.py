@@ -245,13 +245,15 @@ def boundary(p: Params, trial_id: int | str | None, threads: int | None, start: 
              work: Callable[[], TrialResult]) -> TrialResult:
     """The one-worker trial boundary: ``work()`` with ``threads`` torch threads (put back
     after); any fault becomes a record (out of memory ``oom``, non-finite ``diverged``, else
-    ``failed`` with its reason and traceback); the device's memory is released afterwards."""
+    ``failed`` with its reason and traceback); the device's memory is released afterwards, and
+    the caller's torch random state is as it was (the trial seeds its own: ``torch.manual_seed``)."""
     prev_threads = torch.get_num_threads()
     device = pick_device()
     try:
         if threads:
             torch.set_num_threads(threads)
-        return work()
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            return work()
     except Exception as e:  # the trial boundary: every fault becomes a record
         status, reason, trace = classify(e)
         info = base.with_(device=device_name(device, torch.get_num_threads()))
