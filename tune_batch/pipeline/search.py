@@ -220,11 +220,18 @@ def search(config: Config, output: str | Path | None = None, *, address: str | N
 
     Raises UserError (ConfigError, WorkloadError, RunDirError) for user mistakes, before
     anything is written to ``output``. Logger levels, warning filters, environment variables
-    and Optuna's verbosity are as they were when it returns.
+    and Optuna's verbosity are as they were when it returns, and so are torch's global random
+    state (the workload check builds the model; samplers draw from it) and its thread count.
     """
-    with environment_restored(), warnings.catch_warnings():  # filters a library adds on first use go too
-        return _search(config, output, address=address, storage_url=storage_url, study_name=study_name,
-                       force=force, quiet=quiet, verbose=verbose, prefer=prefer)
+    import torch
+
+    threads = torch.get_num_threads()
+    with environment_restored(), warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+        try:
+            return _search(config, output, address=address, storage_url=storage_url, study_name=study_name,
+                           force=force, quiet=quiet, verbose=verbose, prefer=prefer)
+        finally:
+            torch.set_num_threads(threads)
 
 
 def _search(config: Config, output: str | Path | None, *, address: str | None, storage_url: str | None,
