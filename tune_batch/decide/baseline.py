@@ -58,7 +58,10 @@ class Baseline:
             ci = f" +- {self.speedup_ci:.2f}" if self.speedup_ci is not None else " (one run a side: no spread)"
             pay = (f", paid back after {self.payback_runs} run(s) to the target" if self.payback_runs is not None
                    else ", never paid back: the baseline is as fast or faster")
-            return (f"recommendation vs {name}: {self.speedup:.2f}x{ci} sooner to the {metric} target "
+            within = self.speedup_ci is not None and abs(self.speedup - 1.0) <= self.speedup_ci
+            how = " (within the runs' noise)" if within else ""
+            return (f"recommendation vs {name}: time to the {metric} target x{1 / self.speedup:.2f} "
+                    f"(speedup {self.speedup:.2f}{ci}{how}) "
                     f"({self.recommended_s:.2f} s vs {self.time_to_target_s:.2f} s of training){cost}"
                     f"{pay if self.search_wall_s is not None else ''}")
         if self.speedup_at_least is not None:
