@@ -116,7 +116,8 @@ def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> No
                        "confirm.evaluations=4"])
     res = search(cfg, tmp_path / "run", quiet=True)
     recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
-    runs = [r for r in recs if r["info"].get("confirm_of") is not None]
+    runs = [r for r in recs if r["info"].get("confirm_of") not in (None, "baseline")]
+    assert [r["trial_id"] for r in recs if r["info"].get("confirm_of") == "baseline"] == ["baseline-c0"]
     recs = [r for r in recs if r["info"].get("confirm_of") is None]
     ok = [r for r in recs if r["status"] == "ok"]
     assert len(recs) == 3 and ok
