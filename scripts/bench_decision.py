@@ -86,7 +86,7 @@ def _full_config(cfg, length: int, evaluations: int):
 
 def full_run(cfg, params: dict, seed: int = 0) -> dict:
     """Train ``params`` in full (the confirmation run at the table's length); its record."""
-    from tune_batch.repeats import seeded
+    from tune_batch.decide.repeats import seeded
     from tune_batch.trial.curve import confirm_run
 
     r = confirm_run(seeded(cfg, seed), params, trial_id="full")
@@ -126,7 +126,7 @@ def measure(args: argparse.Namespace) -> None:
 
 def _search(config_path: Path, seed: int, out: Path):
     from tune_batch.config import load_config
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     cfg = load_config(config_path, [f"search.seed={seed}"])
     defaults = type(cfg)()  # the shipped defaults of what the benchmark judges
@@ -146,8 +146,8 @@ def _stored_search(out: Path):
     fresh runs of a stored search can be repeated only this way."""
     from types import SimpleNamespace
 
-    from tune_batch.decision import decide
-    from tune_batch.results import RunDir
+    from tune_batch.decide.recommend import decide
+    from tune_batch.store.rundir import RunDir
 
     if not (out / "pareto.json").exists():
         raise SystemExit(f"--reuse: no stored search at {out} (keep one with --keep)")
@@ -158,15 +158,16 @@ def _stored_search(out: Path):
 
 
 def _raw_keys(path: Path) -> set[str]:
-    from tune_batch.yamlio import read_yaml
+    from tune_batch.config.yamlio import read_yaml
 
     return set(read_yaml(path))
 
 
 def _records(run: Path):
-    from tune_batch.records import TrialResult
+    from tune_batch.store.records import TrialResult
 
-    return [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines() if x.strip()]
+    return [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines()
+            if x.strip()]
 
 
 def _times(xs: list[float]) -> str:
@@ -292,8 +293,8 @@ def gns_overhead(pairs: int) -> tuple[float, float, float, float | None]:
     scale estimated (budget.gns_batches default) and without (0). Returns (median step-time ratio
     - 1, its spread as the half range of the ratios, median share of a trial's training seconds
     the estimate took, outside the window, 95 % half-width of the mean ratio over the pairs)."""
+    from tune_batch.analysis.noise import mean_ci
     from tune_batch.config import load_config
-    from tune_batch.noise import mean_ci
     from tune_batch.trial import run_trial
 
     on = load_config(REPO / "configs" / "quickstart.yaml")
@@ -349,7 +350,8 @@ def parse_output(path: Path) -> dict:
             gns = {"gns_overhead": float(m.group(1)), "gns_overhead_ci": None, "gns_trial_cost": float(m.group(2))}
         m = re.match(r"seed (\d+): recommended batch_size (\d+) lr (\S+) .*?time to target ([^s]+) s vs grid best "
                      r"([^s]+) s: regret (\S+) .*the best of them (\S+) x the grid best; search \S+ trial-s = (\S+) "
-                     r"of the grid .*against the search's runs: ([^,]*(?:, [^,a-z]*)*), against the \d+ fresh runs: (.*)$", line)
+                     r"of the grid .*against the search's runs: ([^,]*(?:, [^,a-z]*)*), "
+                     r"against the \d+ fresh runs: (.*)$", line)
         if m and workloads:
             nums = lambda t: [float(x) for x in t.replace(",", " ").split() if x != "none"]  # noqa: E731
             rec, best = nums(m.group(4)), nums(m.group(5))
@@ -410,11 +412,14 @@ def summarize(results: list[dict], runs: int, gns: dict) -> None:
     print("\nregret per workload and seed: " + "; ".join(
         f"{res['name']}: " + ", ".join(f"{r['regret']:.2f}" for r in res["rows"]) for res in results))
     print(f"RESULT tta_regret_median={statistics.median(regrets):.3f} tta_regret_worst={max(regrets):.3f} "
-          f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} gns_overhead={overhead if overhead is not None else nan:.4f} "
-          f"gns_trial_cost={cost if cost is not None else nan:.4f} gns_pred_within_1_5x={within_fresh / len(fresh) if fresh else nan:.2f} "
+          f"agree={min(agree):.2f} search_compute_frac={statistics.median(compute):.3f} "
+          f"gns_overhead={overhead if overhead is not None else nan:.4f} "
+          f"gns_trial_cost={cost if cost is not None else nan:.4f} "
+          f"gns_pred_within_1_5x={within_fresh / len(fresh) if fresh else nan:.2f} "
           f"gns_pred_within_1_5x_search_runs={within / len(preds) if preds else nan:.2f} "
           f"confirmed_best_regret_worst={max(oracles):.3f} runs={runs} "
-          f"tta_regret_median_lo={lo:.3f} tta_regret_median_hi={hi:.3f} gns_overhead_ci={ci if ci is not None else nan:.4f} "
+          f"tta_regret_median_lo={lo:.3f} tta_regret_median_hi={hi:.3f} "
+          f"gns_overhead_ci={ci if ci is not None else nan:.4f} "
           f"fresh_pairs_within_1_5x={floor:.2f} searches={len(regrets)} tta_regret_over_1_5_beyond_noise={beyond}")
 
 
@@ -461,19 +466,22 @@ def main() -> None:
         return
     missing = [t for t in args.tables if not Path(t).exists()]
     if missing:
-        raise SystemExit(f"{missing} missing: run python scripts/bench_decision.py --measure --config C --table T first")
+        raise SystemExit(f"{missing} missing: run python scripts/bench_decision.py --measure --config C --table T "
+                         f"first")
     overhead = spread = cost = ci = None
     if args.gns_pairs > 0:
         overhead, spread, cost, ci = gns_overhead(args.gns_pairs)
         print(f"gradient noise scale: step time {overhead:+.3f} (+- {spread:.3f}, half range over {args.gns_pairs} "
-              f"pairs; the mean ratio's 95 % half-width {ci if ci is not None else float('nan'):.3f}) with it on; it runs "
+              f"pairs; the mean ratio's 95 % half-width {ci if ci is not None else float('nan'):.3f}) with it on; "
+              f"it runs "
               f"after validation, outside the timed window, and took {cost:.3f} of a trial's training seconds (median)")
     results = [one_table(Path(t), args.seeds, args.target_fraction, args.keep, args.runs, args.reuse)
                for t in args.tables]
     gns = {"gns_overhead": overhead, "gns_overhead_ci": ci, "gns_trial_cost": cost}
     if args.json:
-        args.json.write_text(json.dumps({"seeds": args.seeds, "runs": args.runs, "target_fraction": args.target_fraction,
-                                         **gns, "workloads": results}, indent=1, default=lambda x: None))
+        args.json.write_text(json.dumps({"seeds": args.seeds, "runs": args.runs,
+                                         "target_fraction": args.target_fraction, **gns, "workloads": results},
+                                        indent=1, default=lambda x: None))
         print(f"wrote {args.json}")
     summarize(results, args.runs, gns)
 

@@ -60,7 +60,8 @@ def main() -> None:
             ext = res.info.window_extension_steps or 0
             ci = res.metrics.samples_per_s_ci
             print(f"{name:13s} {rep + 1}: {res.metrics.samples_per_s:9.1f} +- {ci or 0:.1f} samples/s over "
-                  f"{res.info.timed_steps} timed steps{f' ({ext} lengthening)' if ext else ''}, {res.metrics.timed_s:.2f} s, "
+                  f"{res.info.timed_steps} timed steps{f' ({ext} lengthening)' if ext else ''}, "
+                  f"{res.metrics.timed_s:.2f} s, "
                   f"others {res.info.others_cpu_frac or 0:.0%} of the CPU, {res.info.device}", flush=True)
             return res.metrics.samples_per_s
 
@@ -94,10 +95,12 @@ def main() -> None:
         print(f"{name:19s}: median ratio {statistics.median(rs):.4f} over {len(rs)} pairs "
               f"(min {min(rs):.4f}, max {max(rs):.4f})")
     if step_overhead:
-        print(f"inside the profiled steps themselves the profiler costs {statistics.median(step_overhead):+.1%} per step "
+        print(f"inside the profiled steps themselves the profiler costs {statistics.median(step_overhead):+.1%} "
+              f"per step "
               f"(kept out of the timed window)")
     print(f"config {Path(args.config).name}: batch_size {args.batch_size}, lr {args.lr}, {n} samples per trial, "
-          f"budget.min_window_s {cfg.budget.min_window_s} (null: 2 s on CUDA, 1 s on a CPU); trial vs 10x longer: {rel:.1%}; "
+          f"budget.min_window_s {cfg.budget.min_window_s} (null: 2 s on CUDA, 1 s on a CPU); "
+          f"trial vs 10x longer: {rel:.1%}; "
           f"timed window with profiling on vs off: {prof:.1%} (paired: {rel_p:.1%} and {prof_p:.1%})")
     print(f"run-to-run spread of identical short trials (coefficient of variation, the larger of trial and "
           f"profiler off): {noise:.1%}; differences well inside it are noise, not an effect")
@@ -107,7 +110,8 @@ def main() -> None:
     print(f"disturbed windows (other processes over 15 % of the CPU, or steal over 5 %): {len(disturbed)} of {total}"
           + (f": {', '.join(disturbed)}" if disturbed else ""))
     print(f"RESULT sps_rel_err={rel:.4f} profiler_overhead={prof:.4f} sps_rel_err_paired={rel_p:.4f} "
-          f"profiler_overhead_paired={prof_p:.4f} bias={med(r_len):.4f} noise_cv={noise:.4f} disturbed={len(disturbed)}")
+          f"profiler_overhead_paired={prof_p:.4f} bias={med(r_len):.4f} noise_cv={noise:.4f} "
+          f"disturbed={len(disturbed)}")
 
 
 if __name__ == "__main__":

@@ -48,8 +48,8 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tune_batch.config import Config, load_config, parse_memory  # noqa: E402
-from tune_batch.max_batch import MaxBatchResult, Probe, max_batch, probe_trial  # noqa: E402
 from tune_batch.measure.memory import step_peak_bytes  # noqa: E402
+from tune_batch.pipeline.max_batch import MaxBatchResult, Probe, max_batch, probe_trial  # noqa: E402
 from tune_batch.trial import run_trial  # noqa: E402
 from tune_batch.trial.loop import make_optimizer  # noqa: E402
 from tune_batch.workload import build_datasets, build_model  # noqa: E402
@@ -224,7 +224,8 @@ def one_repeat(config: Config, cap: int, limit: float, init_val: int, probe) -> 
         return f"{status}, peak {peak / MiB:.1f} MiB = {peak / cap:.0%} of cap" if peak else status
 
     print("  (20-step run: tune_batch's trial under the cap; its peak is that of its profiled warm-up step)")
-    print(f"  tune_batch max-batch: {ours.batch_size} in {len(ours.probes)} probes [{', '.join(str(p.batch_size) for p in ours.probes)}] "
+    print(f"  tune_batch max-batch: {ours.batch_size} in {len(ours.probes)} probes "
+          f"[{', '.join(str(p.batch_size) for p in ours.probes)}] "
           f"({t_ours:.1f} s); 20-step run at {ours.batch_size}: {room(ours.batch_size)}")
     for name, r in (("power", power), ("binsearch", binsearch)):
         print(f"  lightning {name}: {r.batch} in {len(r.trials)} trials / {r.steps} steps [{trials_text(r.trials)}] "
@@ -269,7 +270,8 @@ def summarise(rows: list[dict[str, float]]) -> None:
           f"{spread(rows, 't_ours', '.1f')} / {spread(rows, 't_power', '.1f')} / {spread(rows, 't_bin', '.1f')}")
     fits = int(all(r["fits"] for r in rows))
     print(f"RESULT probes={med('probes'):g} lightning_power_probes={med('power_probes'):g} "
-          f"lightning_binsearch_probes={med('bin_probes'):g} batch={med('batch'):g} lightning_batch={med('bin_batch'):g} "
+          f"lightning_binsearch_probes={med('bin_probes'):g} batch={med('batch'):g} "
+          f"lightning_batch={med('bin_batch'):g} "
           f"fits={fits} pred_err_heldout={med('err'):.3f} lightning_power_batch={med('power_batch'):g} "
           f"lightning_fits={int(all(r['bin_fits'] for r in rows))} headroom={med('room'):.3f} "
           f"lightning_headroom={med('bin_room'):.3f}")
@@ -307,7 +309,8 @@ def main() -> None:
     n_train = len(train)
     set_mib = sum(t.nbytes for t in getattr(train, "tensors", ())) / MiB
     print(f"lightning {pl.__version__}; model {cfg.model.name} {cfg.model.kwargs}, data {cfg.data.name} at "
-          f"{cfg.data.resize} px ({n_train} train, {set_mib:.1f} MiB of tensors, inside every peak); cap {cap / MiB:.0f} MiB, margin {cfg.resources.memory_margin:.0%}: "
+          f"{cfg.data.resize} px ({n_train} train, {set_mib:.1f} MiB of tensors, inside every peak); "
+          f"cap {cap / MiB:.0f} MiB, margin {cfg.resources.memory_margin:.0%}: "
           f"both tools search against {limit / MiB:.1f} MiB; lightning init_val {init_val}, steps_per_trial 3, "
           f"margin 0; over the limit a step raises {type(cap_error(2, 1)).__name__}, lightning's is_oom_error: "
           f"yes; {args.repeats} repeats; '!' marks a trial over the limit")

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tune_batch.config import Config, config_from_dict, load_config  # noqa: E402
-from tune_batch.records import Status, TrialResult  # noqa: E402
+from tune_batch.store.records import Status, TrialResult  # noqa: E402
 
 MiB = 2**20
 
@@ -56,7 +56,7 @@ def mib(x: float | None) -> str:
 
 
 def one_search(cap: str, worst_case: str, trials: int, out: Path) -> dict[str, Any]:
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
     from tune_batch.trial.curve import confirm_run
 
     cfg = varlen_config(cap, worst_case, trials)
@@ -74,8 +74,9 @@ def one_search(cap: str, worst_case: str, trials: int, out: Path) -> dict[str, A
             ratios.append(ratio)
         if r.info.worst_case_s is not None:
             probe_s.append(r.info.worst_case_s)
+        secs = "-" if r.info.worst_case_s is None else f"{r.info.worst_case_s:.2f}"
         print(f"  {r.trial_id!s:5}  {r.params.batch_size:5}  {r.status.value:7}  {mib(w):>10}  {mib(x):>9}  "
-              f"{'-' if ratio is None else f'{ratio:.2f}':>12}  {'-' if r.info.worst_case_s is None else f'{r.info.worst_case_s:.2f}':>7}"
+              f"{'-' if ratio is None else f'{ratio:.2f}':>12}  {secs:>7}"
               + (f"  ({r.reason[:70]})" if r.reason else ""))
     rec = res.recommended
     out_d: dict[str, Any] = {"ratios": ratios, "probe_s": probe_s, "recommended": None, "oom_later": None,
@@ -112,7 +113,8 @@ def leak_check() -> dict[str, Any]:
         g = r.info.memory_growth or {}
         print(f"  {name}: {r.status.value}, {time.perf_counter() - t:.0f} s, train_s {r.info.train_s:.1f}; quarters "
               f"{[round(q / MiB, 2) for q in r.info.memory_quarters_bytes or []]} MiB; growth "
-              f"{(g.get('bytes_per_1000_steps') or 0) / MiB:.2f} +- {(g.get('ci_bytes_per_1000_steps') or 0) / MiB:.2f} "
+              f"{(g.get('bytes_per_1000_steps') or 0) / MiB:.2f} +- "
+              f"{(g.get('ci_bytes_per_1000_steps') or 0) / MiB:.2f} "
               f"MiB per 1000 steps, flagged {g.get('flagged')}; profiled steps: {r.info.peak_mem_method}")
         out[name] = r
     return out
@@ -149,7 +151,8 @@ def main() -> int:
     margin = probed["margin"]
     print(f"RESULT recommended_oom_later={probed['oom_later']} underestimate_without_worst_case={under:.2f} "
           f"leak_flagged={int(bool(leak.get('flagged')))} margin={'nan' if margin is None else f'{margin:.3f}'} "
-          f"recommended_oom_later_without_worst_case={bare['oom_later']} false_leak_flags={int(bool(clean.get('flagged')))} "
+          f"recommended_oom_later_without_worst_case={bare['oom_later']} "
+          f"false_leak_flags={int(bool(clean.get('flagged')))} "
           f"leak_rate_err={rate_err:.3f} recommended_batch={probed['recommended']} "
           f"recommended_batch_without_worst_case={bare['recommended']} "
           f"probe_s_median={statistics.median(probe_s) if probe_s else float('nan'):.2f}")

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tune_batch.config import load_config, parse_memory  # noqa: E402
-from tune_batch.max_batch import probe_trial  # noqa: E402
-from tune_batch.runner import search  # noqa: E402
+from tune_batch.pipeline.max_batch import probe_trial  # noqa: E402
+from tune_batch.pipeline.search import search  # noqa: E402
 
 
 def waste(records: list) -> tuple[float, dict[str, int], float]:
@@ -51,14 +51,16 @@ def main() -> None:
         if p.status != "ok":
             over.append(b)
     share = len(over) / len(cfg.space.batch_choices())
-    print(f"cap {cap / 2**20:.0f} MiB: {len(over)} of {len(cfg.space.batch_choices())} batch sizes ({share:.0%}) exceed it: {over}")
+    print(f"cap {cap / 2**20:.0f} MiB: {len(over)} of {len(cfg.space.batch_choices())} batch sizes ({share:.0%}) "
+          f"exceed it: {over}")
 
     results: dict[bool, list[float]] = {True: [], False: []}
     tmp = Path(tempfile.mkdtemp(prefix="bench-oom-"))
     try:
         for seed in args.seeds:
             for model_on in (True, False):
-                c = load_config(args.config, [*base, f"search.seed={seed}", f"resources.feasibility_model={str(model_on).lower()}"])
+                c = load_config(args.config, [*base, f"search.seed={seed}",
+                                              f"resources.feasibility_model={str(model_on).lower()}"])
                 res = search(c, tmp / f"s{seed}-{int(model_on)}", quiet=True)
                 frac, counts, total = waste(res.records)
                 results[model_on].append(frac)

@@ -63,14 +63,15 @@ def main() -> None:
             sps_ratios[p].append(statistics.median(sps))
             print(f"batch {b}: peak {ref} {med(ref, lambda r: r.metrics.peak_mem_bytes) / 2**20:.2f} MiB, {p} "
                   f"{med(p, lambda r: r.metrics.peak_mem_bytes) / 2**20:.2f} MiB (ratio {mem_ratios[p][-1]:.3f}, "
-                  f"rounds {min(mem):.3f}-{max(mem):.3f}); samples/s {ref} {med(ref, lambda r: r.metrics.samples_per_s):.0f}, "
+                  f"rounds {min(mem):.3f}-{max(mem):.3f}); "
+                  f"samples/s {ref} {med(ref, lambda r: r.metrics.samples_per_s):.0f}, "
                   f"{p} {med(p, lambda r: r.metrics.samples_per_s):.0f} (ratio {sps_ratios[p][-1]:.3f}, rounds "
                   f"{min(sps):.3f}-{max(sps):.3f})")
     lower = {p: all(m < 1.0 for m in mem_ratios[p]) for p in others}
     for p in others:
         print(f"{p} peak memory is {'' if lower[p] else 'NOT '}lower than {ref} at every batch size measured")
-    figures = " ".join(f"{p}_mem_ratio={statistics.median(mem_ratios[p]):.3f} {p}_sps_ratio={statistics.median(sps_ratios[p]):.3f}"
-                       for p in others)
+    figures = " ".join(f"{p}_mem_ratio={statistics.median(mem_ratios[p]):.3f} "
+                       f"{p}_sps_ratio={statistics.median(sps_ratios[p]):.3f}" for p in others)
     print(f"RESULT {figures} lower_everywhere={int(all(lower.values()))}")
 
 

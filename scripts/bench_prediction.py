@@ -2,7 +2,7 @@
 confirmation runs, re-read with today's decision code (no training: seconds).
 
 Each confirmed candidate's time to target is predicted from the other candidates of its search
-(leave one out: E_min x (1 + B / B_noise) samples at its step's samples/s, tune_batch.confirm)
+(leave one out: E_min x (1 + B / B_noise) samples at its step's samples/s, tune_batch.decide.confirm)
 and compared with its measured time (the median over its confirmation runs). The same runs give
 the noise floor: how far one seed's time to target is from another seed's of the same config.
 
@@ -59,10 +59,10 @@ def read(run: Path, reach: Callable | None = None) -> tuple[list[tuple[int, floa
     run directory; None without confirmation. ``reach`` replaces how the crossing is read."""
     import yaml
 
-    import tune_batch.confirm as confirm_mod
+    import tune_batch.decide.confirm as confirm_mod
     from tune_batch.config import config_from_dict
-    from tune_batch.decision import decide
-    from tune_batch.results import RunDir
+    from tune_batch.decide.recommend import decide
+    from tune_batch.store.rundir import RunDir
 
     cfg = config_from_dict(yaml.safe_load((run / "config.yaml").read_text()))
     records, _ = RunDir(run).records()

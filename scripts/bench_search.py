@@ -40,7 +40,7 @@ hv_frac      hypervolume of the configs a search found / the full grid's, each c
              depend on it; the script checks that on each grid, "samples/s vs learning rate").
              Objectives scaled to [0, 1] by the full grid's feasible ranges; reference point -0.1.
              This is also what a search reports: its front pools samples/s over every run of the
-             same step (tune_batch.points). A found set is part of the grid: never above 1.
+             same step (tune_batch.analysis.points). A found set is part of the grid: never above 1.
 hv_frac single reading
              the same ratio with each point's own median of 3 as its samples/s and the search's
              seed's val_acc, in the found set and that seed's grid alike (the headline until
@@ -138,7 +138,8 @@ def measure(args: argparse.Namespace) -> None:
             with raw.open("a") as f:  # every run kept as it ends: a crash later loses nothing measured
                 f.write(json.dumps(rec) + "\n")
             m = res.metrics
-            print(f"[repeat {rep + 1}/{args.repeats}, seed {seed}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: {res.status} "
+            print(f"[repeat {rep + 1}/{args.repeats}, seed {seed}, {i}/{len(points)}] batch_size {b} lr {lr:.4g}: "
+                  f"{res.status} "
                   f"{m.samples_per_s or 0:.0f} samples/s, util {m.device_util or 0:.3f}, "
                   f"val_acc {m.val_acc or 0:.3f}, peak {(m.peak_mem_bytes or 0) / 2**20:.1f} MiB, "
                   f"{res.duration_s:.1f} s" + (" (disturbed window: another process used the machine)"
@@ -225,7 +226,8 @@ def add_seeds(args: argparse.Namespace) -> None:
         "how": "python scripts/bench_search.py --add-seeds with this table's stored config, search.seed set to each "
                "new seed; only each run's status and val_acc are merged (seed_runs)"})
     TABLE.write_text(json.dumps(table, indent=1))
-    print(f"wrote {TABLE} (seeds {table['seeds']}, {runs} runs, {time.time() - t0:.0f} s, {disturbed} disturbed windows)")
+    print(f"wrote {TABLE} (seeds {table['seeds']}, {runs} runs, {time.time() - t0:.0f} s, "
+          f"{disturbed} disturbed windows)")
 
 
 class Replay:
@@ -265,7 +267,7 @@ class Replay:
         """(the record as it would have come out under the cap, trial-seconds it cost): seed
         ``landscape``'s run where the table has one per seed (its step-work metrics the point's
         median over every seed's run), else the point's median record."""
-        from tune_batch.records import Metrics, Status, TrialResult
+        from tune_batch.store.records import Metrics, Status, TrialResult
 
         point = self.by_point[(b, self.snap(lr))]
         if landscape is not None and self.landscapes > 1:
@@ -292,7 +294,7 @@ class Replay:
     def truth_of(self, rec):
         """``rec`` (a found record) at its config's truth: feasible only if it is feasible there,
         val_acc its mean over seeds."""
-        from tune_batch.records import Metrics, Status
+        from tune_batch.store.records import Metrics, Status
 
         ok, acc = self.truth[(rec.params.batch_size, self.snap(rec.params.lr))]
         if not ok:
@@ -360,14 +362,22 @@ def lr_effect(table: dict, perms: int = 2000, seed: int = 0) -> dict[int, tuple[
     return out
 
 
+def front_hypervolume(results: list, metrics: list[str], directions: list[str],
+                      bounds: list[tuple[float, float]] | None = None) -> float:
+    """Hypervolume of the feasible results' front, scaled by ``bounds`` (default: the feasible
+    results' own ranges)."""
+    from tune_batch.analysis.pareto import feasible, hypervolume, normalise
+
+    pts = [[r.metrics.value(m) for m in metrics] for r in feasible(results, metrics)]
+    return hypervolume(normalise(pts, directions, bounds)) if pts else 0.0
+
+
 def pooled_hypervolume(rp: Replay, records: list, metrics: list[str], directions: list[str],
                        bounds: list[tuple[float, float]]) -> float:
     """Hypervolume of the feasible ``records`` at the best estimate of their truth: samples/s
     their batch size's pooled median, val_acc (and feasibility) the mean over the table's seeds
     (``Replay.truth_of``); the score of what a search found (a search still sees, and decides
     on, the single noisy reading of each point, one seed's)."""
-    from tune_batch.pareto import front_hypervolume
-
     pooled = [r.replace(metrics=r.metrics.with_(samples_per_s=rp.sps_pooled[r.params.batch_size]))
               if r.feasible and r.params.batch_size in rp.sps_pooled else r for r in records]
     pooled = [rp.truth_of(r) if r.feasible else r for r in pooled]
@@ -380,10 +390,9 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     runner that looks results up instead of training."""
     import optuna
 
-    from tune_batch.backends.optuna import Objective, optimize
-    from tune_batch.pareto import front_hypervolume
-    from tune_batch.policy import Policy
-    from tune_batch.samplers import make_sampler, probe_rule
+    from tune_batch.backends.local import Objective, optimize
+    from tune_batch.study.admission import Policy
+    from tune_batch.study.samplers import make_sampler, probe_rule
 
     resources = rp.config.resources.model_copy(update={"device_memory": int(rp.cap) if rp.cap else None,
                                                        "feasibility_model": feasibility})
@@ -392,9 +401,10 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
     seeded = sampler_name.endswith("+ladder")
     sampler_name = sampler_name.removesuffix("+ladder")
     if sampler_name == "grid":
-        sampler = optuna.samplers.GridSampler({"batch_size": cfg.space.batch_choices(), "lr": rp.lrs, "num_gpus": [1]}, seed=seed)
+        sampler = optuna.samplers.GridSampler({"batch_size": cfg.space.batch_choices(), "lr": rp.lrs, "num_gpus": [1]},
+                                              seed=seed)
     elif sampler_name == "gp-optuna-startup":  # gp as it shipped until 2026-12-01: free skips
-        from tune_batch.samplers import startup_trials  # counted towards its random start
+        from tune_batch.study.samplers import startup_trials  # counted towards its random start
 
         sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup_trials(n_trials))
     elif sampler_name.endswith("-noprobe"):  # gp / tpe as they shipped before ScaledProbe (2026-12-01)
@@ -403,7 +413,7 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
         sampler = make_sampler(sampler_name, seed, n_trials, probe_rule(cfg))
     study = optuna.create_study(directions=cfg.directions, sampler=sampler)
     if seeded:  # exactly as a search seeds itself: at most a third of its budget (search.seed_ladder)
-        from tune_batch.space import seed_points
+        from tune_batch.study.space import seed_points
 
         shipped = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"trials": n_trials}),
                                          "search": cfg.search.model_copy(update={"seed_ladder": True})})
@@ -418,7 +428,7 @@ def replay_search(rp: Replay, sampler_name: str, n_trials: int, seed: int, feasi
         spent[0] += cost
         return rec.replace(trial_id=trial_id, params=params)
 
-    # as a search ships: a skipped proposal uses no trial of the budget (backends.optuna.optimize)
+    # as a search ships: a skipped proposal uses no trial of the budget (backends.local.optimize)
     objective = Objective(cfg, policy=Policy(cfg), runner=runner, free_skips=True)
     optimize(study, objective, n_trials)
     return (front_hypervolume(objective.records, cfg.metric_names, cfg.directions, bounds), spent[0],
@@ -478,8 +488,6 @@ def caps_of(table: dict) -> list[tuple[str, float | None]]:
 def _grid_setup(table: dict, cap: float | None, objectives: list[str]) -> tuple[Replay, list, list, float, float]:
     """(replay, objective bounds (the truth's feasible ranges), the full grid's hypervolume in
     each landscape's single readings, the grid's trial-seconds, its hypervolume at the truth)."""
-    from tune_batch.pareto import front_hypervolume
-
     rp = Replay(table, cap, objectives)
     cfg = rp.config
     full = rp.full()
@@ -512,7 +520,8 @@ def replay(args: argparse.Namespace) -> None:
     low = sum(1 for eff in effects for p, _ in eff.values() if p < 0.05)
     print(f"  {low} of {sum(len(eff) for eff in effects)} batch sizes below p=0.05 (chance gives about 1 in 20)")
     t0 = time.time()
-    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker, initargs=(args.tables, objectives)) as pool:
+    with ProcessPoolExecutor(max_workers=args.jobs, initializer=_init_worker,
+                             initargs=(args.tables, objectives)) as pool:
         outs = list(pool.map(_one, tasks, chunksize=4))
     per_case = len(fracs) * len(args.samplers) * args.seeds
     med: dict[tuple[int, str, str, float], tuple[float, float, float]] = {}
@@ -675,7 +684,8 @@ def main() -> None:
     else:
         missing = [t for t in args.tables if not Path(t).exists()]
         if missing:
-            raise SystemExit(f"{missing} missing: run python scripts/bench_search.py --measure --config ... --table ... first")
+            raise SystemExit(f"{missing} missing: run python scripts/bench_search.py --measure --config ... "
+                             f"--table ... first")
         replay(args)
 
 

@@ -38,7 +38,8 @@ def _recommended(run: Path) -> dict:
     rec = pareto.get("recommended") or next(t for t in pareto["trials"] if t["trial_id"] == rec_id)
     conf = pareto.get("confirmation") or {}
     by_time = str(pareto.get("recommendation_method", "")).startswith("time_to_target")
-    return {"params": rec["params"], "metrics": rec["metrics"], "objectives": [o["metric"] for o in pareto["objectives"]],
+    return {"params": rec["params"], "metrics": rec["metrics"],
+            "objectives": [o["metric"] for o in pareto["objectives"]],
             "target": conf.get("target") if by_time else None}
 
 
@@ -55,7 +56,7 @@ def _side_by_side(configs: list[tuple], rounds: int, objectives: list[str], meas
     """Each config measured ``rounds`` times, interleaved (round k: every config once);
     ``measure(k, batch_size, lr)`` gives (status, {objective: value} or None for a run that does
     not count). Per config, each objective's mean and 95 % half-width (inf when a run read inf)."""
-    from tune_batch.noise import mean_ci
+    from tune_batch.analysis.noise import mean_ci
 
     runs: dict[tuple, list[dict]] = {c: [] for c in configs}
     for k in range(rounds):
@@ -85,8 +86,8 @@ def remeasure(config_path: str, recs: dict, rounds: int) -> dict:
     import statistics
 
     from tune_batch.config import load_config
-    from tune_batch.confirm import first_reach
-    from tune_batch.repeats import seeded
+    from tune_batch.decide.confirm import first_reach
+    from tune_batch.decide.repeats import seeded
     from tune_batch.trial import run_trial
     from tune_batch.trial.curve import confirm_run
 
@@ -125,35 +126,41 @@ def main() -> None:
         run = out / f"seed{seed}"
         if not (args.reuse and (run / "pareto.json").exists()):
             t0 = time.time()
-            p = subprocess.run([sys.executable, "-m", "tune_batch", "search", args.config, "--set", f"search.seed={seed}",
-                                "--output", str(run), "--quiet"], capture_output=True, text=True, cwd=REPO)
+            p = subprocess.run([sys.executable, "-m", "tune_batch", "search", args.config,
+                                "--set", f"search.seed={seed}", "--output", str(run), "--quiet"],
+                               capture_output=True, text=True, cwd=REPO)
             if p.returncode != 0:
                 raise SystemExit(f"seed {seed}: exit {p.returncode}: {p.stderr[-2000:]}")
             print(f"seed {seed}: searched in {time.time() - t0:.0f} s")
         recs[seed] = _recommended(run)
         r = recs[seed]
-        shown = ", ".join(f"{m} {r['metrics'][m]:.4g} +- {r['metrics'].get(f'{m}_ci') or 0:.3g}" for m in r["objectives"])
+        shown = ", ".join(f"{m} {r['metrics'][m]:.4g} +- {r['metrics'].get(f'{m}_ci') or 0:.3g}"
+                          for m in r["objectives"])
         print(f"seed {seed}: recommended batch_size {r['params']['batch_size']} lr {r['params']['lr']:.3g} ({shown})")
     same_batch = max(sum(1 for r in recs.values() if r["params"]["batch_size"] == b)
                      for b in {r["params"]["batch_size"] for r in recs.values()})
     pairs = list(itertools.combinations(args.seeds, 2))
-    lr_ok = all(max(recs[a]["params"]["lr"], recs[b]["params"]["lr"]) / min(recs[a]["params"]["lr"], recs[b]["params"]["lr"]) <= 2
+    lr_ok = all(max(recs[a]["params"]["lr"], recs[b]["params"]["lr"])
+                / min(recs[a]["params"]["lr"], recs[b]["params"]["lr"]) <= 2
                 for a, b in pairs if recs[a]["params"]["batch_size"] == recs[b]["params"]["batch_size"])
     noise_ok = [(a, b, _within_noise(recs[a], recs[b])) for a, b in pairs]
     for a, b, ok in noise_ok:
-        print(f"seeds {a} and {b}: recommendations {'within' if ok else 'NOT within'} noise of each other in every objective")
+        print(f"seeds {a} and {b}: recommendations {'within' if ok else 'NOT within'} noise of each other "
+              f"in every objective")
     agree = same_batch >= 2 and lr_ok
     within = all(ok for *_, ok in noise_ok)
     if args.remeasure > 0 and len({(r["params"]["batch_size"], r["params"]["lr"]) for r in recs.values()}) > 1:
         print(f"re-measuring the recommended configs side by side, {args.remeasure} interleaved rounds:")
         side = remeasure(args.config, recs, args.remeasure)
         for c, st in sorted(side.items()):
-            shown = ", ".join(f"{m} {st['metrics'][m]:.4g} +- {st['metrics'][f'{m}_ci'] or 0:.3g}" for m in st["objectives"])
+            shown = ", ".join(f"{m} {st['metrics'][m]:.4g} +- {st['metrics'][f'{m}_ci'] or 0:.3g}"
+                              for m in st["objectives"])
             print(f"  batch_size {c[0]} lr {c[1]:.3g}: {shown}")
         keyed = {seed: side[(r["params"]["batch_size"], r["params"]["lr"])] for seed, r in recs.items()}
         side_ok = [(a, b, _within_noise(keyed[a], keyed[b])) for a, b in pairs]
         for a, b, ok in side_ok:
-            print(f"seeds {a} and {b}, side by side: {'within' if ok else 'NOT within'} noise of each other in every objective")
+            print(f"seeds {a} and {b}, side by side: {'within' if ok else 'NOT within'} noise of each other "
+                  f"in every objective")
         within = all(ok for *_, ok in side_ok)
     print(f"same batch size in {same_batch} of {len(recs)} runs (learning rates within 2x: {lr_ok}); "
           f"all recommendations within noise of each other: {within}")

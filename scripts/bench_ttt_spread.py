@@ -59,15 +59,16 @@ def main() -> None:
     import torch
 
     from tune_batch.config import load_config
-    from tune_batch.confirm import first_reach
-    from tune_batch.repeats import seeded
+    from tune_batch.decide.confirm import first_reach
+    from tune_batch.decide.repeats import seeded
     from tune_batch.trial.curve import confirm_run, confirm_samples
 
     torch.set_num_threads(2)
     cfg = load_config(args.config, args.set)
     points = [(int(b), float(lr)) for b, lr in (p.split(":") for p in args.points)]
     c = cfg.confirm
-    print(f"{Path(args.config).name}: confirmation runs of {confirm_samples(cfg, 0) if c.epochs is None else f'{c.epochs} epochs'} "
+    length = confirm_samples(cfg, 0) if c.epochs is None else f"{c.epochs} epochs"
+    print(f"{Path(args.config).name}: confirmation runs of {length} "
           f"samples, {c.evaluations} validations; {len(points)} configs x {args.seeds} seeds, interleaved", flush=True)
     t0 = time.time()
     curves: dict[tuple[int, float], list[list]] = {p: [] for p in points}

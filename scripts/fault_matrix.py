@@ -98,8 +98,8 @@ def records(run: Path) -> list[dict]:
 
 
 def searched(run: Path) -> list[dict]:
-    return [r for r in records(run) if not r.get("info", {}).get("repeat_of") and not r.get("info", {}).get("confirm_of")
-            and not r.get("info", {}).get("free_skip")]
+    return [r for r in records(run) if not r.get("info", {}).get("repeat_of")
+            and not r.get("info", {}).get("confirm_of") and not r.get("info", {}).get("free_skip")]
 
 
 def wait_for(pred: Callable[[], bool], timeout: float, every: float = 0.2) -> bool:
@@ -170,7 +170,8 @@ class Matrix:
         p = popen("search", str(cfg), "--output", str(run), "--quiet")
         got_one = wait_for(lambda: len(records(run)) >= 1, 240)
         session = _session_dirs_of(p.pid)
-        tree = {c.pid: (_started(c.pid), _name(c)) for c in _children(p.pid)}  # the driver's Ray processes, before the kill
+        # the driver's Ray processes, before the kill
+        tree = {c.pid: (_started(c.pid), _name(c)) for c in _children(p.pid)}
         os.kill(p.pid, signal.SIGKILL)  # the driver alone, as kill -9 <pid> does
         p.wait()
         time.sleep(2)
@@ -204,7 +205,8 @@ class Matrix:
         said = "is broken and was ignored" in again.out + again.err
         self.add("2 last line of trials.jsonl cut by a crash, then resume (budget 3 -> 4)",
                  "the cut line reported and skipped; new records start on a fresh line; none lost after it",
-                 f"rc {first.rc}/{again.rc}; warned: {'yes' if said else 'no'} ({short(_first_warning(again.out + again.err), 90)}); "
+                 f"rc {first.rc}/{again.rc}; warned: {'yes' if said else 'no'} "
+                 f"({short(_first_warning(again.out + again.err), 90)}); "
                  f"whole records after the cut: {len(recs)} of budget 4; later lines whole: {whole}",
                  again.rc == 0 and said and whole and len(recs) == 4)
 
@@ -217,7 +219,8 @@ class Matrix:
         out, err = first.communicate(timeout=400)
         n = len(searched(run))
         ok = second.rc == 2 and second.one_clean_line and "PID" in second.err and first.returncode == 0 and n == 3
-        self.add("3 two searches on one --output, a second apart", "the second refused in one line naming the holder's PID",
+        self.add("3 two searches on one --output, a second apart",
+                 "the second refused in one line naming the holder's PID",
                  f"first rc {first.returncode}, {n} records for a budget of 3; second rc {second.rc} in "
                  f"{second.seconds:.1f} s: {short(second.line)}", ok)
         return run
@@ -237,7 +240,8 @@ class Matrix:
         n = len(records(run))
         r = tb("probe", str(self.config), "--batch-size", "32", "--lr", "0.05", "--output", str(run))
         same = sha(run / "config.yaml") == before and len(records(run)) == n
-        self.add("5 probe --output <a search's run directory>", "refused in one line; config.yaml and records untouched",
+        self.add("5 probe --output <a search's run directory>",
+                 "refused in one line; config.yaml and records untouched",
                  f"rc {r.rc}; untouched: {same}: {short(r.line)}", r.rc == 2 and r.one_clean_line and same)
 
     def junk_lines(self, run: Path) -> None:
@@ -271,14 +275,17 @@ class Matrix:
         self.add("7 trials.jsonl cannot be appended to", "refused before any trial, one line, exit 2",
                  f"rc {r.rc} in {r.seconds:.1f} s: {short(r.line)}",
                  r.rc == 2 and r.one_clean_line and "appended" in r.err)
-        self.add("7 trials.jsonl stops taking appends mid-search", "the search stops, one line, exit 2, the record rescued",
+        self.add("7 trials.jsonl stops taking appends mid-search",
+                 "the search stops, one line, exit 2, the record rescued",
                  "not made to happen here (needs the file swapped under a running search): "
-                 "tests/test_reliability.py::test_a_record_that_cannot_be_written_stops_the_search_and_is_kept (both backends)",
+                 "tests/test_reliability.py::test_a_record_that_cannot_be_written_stops_the_search_and_is_kept "
+                 "(both backends)",
                  True)
 
     def nvml(self) -> None:
         self.add("8 NVML cannot be opened / fails in a window (GPU machines)",
-                 "refused before anything runs when device_util is an objective; a read error keeps the trial and says so",
+                 "refused before anything runs when device_util is an objective; a read error keeps the trial and "
+                 "says so",
                  "no GPU on this machine: NVML mocked in tests/test_reliability.py::test_device_util_without_nvml_is_"
                  "refused_before_anything_runs, tests/test_measure.py::test_an_nvml_read_error_in_the_window_keeps_the_"
                  "trial_and_says_so", True)
@@ -303,8 +310,10 @@ class Matrix:
         ok = (reached and p.returncode == code and said is not None and not dump and again.rc == 0
               and len(recs) == 4 and len(points) == 4)
         self.add(f"9 {sig.name} to the {'process group' if group else 'driver'} after 2 of 4 trials",
-                 f"no new trial, exit {code}, 'interrupted after N of M', no dump; resume runs the rest, no point twice",
-                 f"rc {p.returncode} {stop_s:.1f} s after the signal, {n} record(s); '{said.group(0) if said else 'NO MESSAGE'}'; "
+                 f"no new trial, exit {code}, 'interrupted after N of M', no dump; resume runs the rest, "
+                 f"no point twice",
+                 f"rc {p.returncode} {stop_s:.1f} s after the signal, {n} record(s); "
+                 f"'{said.group(0) if said else 'NO MESSAGE'}'; "
                  f"dump: {dump}; resume rc {again.rc}: {len(recs)} records, {len(points)} distinct points", ok)
 
     # -- bad input ---------------------------------------------------------------------------------------------
@@ -327,7 +336,8 @@ class Matrix:
         t0 = time.monotonic()
         r = tb("validate", str(huge))
         self.add("10 a 50 MB YAML file", "refused by size at once, one line, exit 2",
-                 f"rc {r.rc} in {time.monotonic() - t0:.1f} s: {short(r.line)}", r.rc == 2 and r.one_clean_line and r.seconds < 10)
+                 f"rc {r.rc} in {time.monotonic() - t0:.1f} s: {short(r.line)}",
+                 r.rc == 2 and r.one_clean_line and r.seconds < 10)
         q = str(self.config)
         self.refused("11 space.num_gpus=[4] on a 2-CPU machine", ["search", q, "--set", "space.num_gpus=[4]", "--set",
                      "space.batch_size.max=256", "--output", str(d / "o11a")], "num_gpus", d / "o11a")
@@ -347,7 +357,8 @@ class Matrix:
                      str(d / "o12a")], "weights file missing", d / "o12a", env=env)
         self.refused("12 a data builder that raises", ["search", q, "--set", "data.name=badbuild:data", "--output",
                      str(d / "o12b")], "no such bucket", d / "o12b", env=env)
-        self.refused("12 model.kwargs.bogus=1", ["search", q, "--set", "model.kwargs.bogus=1", "--output", str(d / "o12c")],
+        self.refused("12 model.kwargs.bogus=1",
+                     ["search", q, "--set", "model.kwargs.bogus=1", "--output", str(d / "o12c")],
                      "bogus", d / "o12c")
         self.refused("12 data.resize=100000", ["search", q, "--set", "data.resize=100000", "--output", str(d / "o12d")],
                      "data.resize", d / "o12d")
@@ -355,12 +366,15 @@ class Matrix:
         badrun = d / "badrun"
         badrun.mkdir()
         (badrun / "config.yaml").write_text("model: [unclosed")
-        self.refused("12 report on a run directory whose config.yaml is invalid", ["report", str(badrun)], "cannot be read")
-        self.refused("13 validate model.name=resnet_nope", ["validate", q, "--set", "model.name=resnet_nope"], "resnet_nope")
+        self.refused("12 report on a run directory whose config.yaml is invalid", ["report", str(badrun)],
+                     "cannot be read")
+        self.refused("13 validate model.name=resnet_nope", ["validate", q, "--set", "model.name=resnet_nope"],
+                     "resnet_nope")
         self.refused("13 an empty config (/dev/null)", ["search", "/dev/null", "--output", str(d / "o13a")], "empty",
                      d / "o13a")
         self.refused("13 --output ''", ["search", q, "--output", ""], "directory", d / "runs", cwd=d)
-        self.refused("13 probe --lr nan", ["probe", q, "--batch-size", "32", "--lr", "nan", "--output", str(d / "o13b")],
+        self.refused("13 probe --lr nan",
+                     ["probe", q, "--batch-size", "32", "--lr", "nan", "--output", str(d / "o13b")],
                      "lr", d / "o13b")
         self.refused("13 probe --batch-size 5000 (1437 training samples)", ["probe", q, "--batch-size", "5000", "--lr",
                      "0.01", "--output", str(d / "o13c")], "5000", d / "o13c")
@@ -370,8 +384,10 @@ class Matrix:
                      "device_memory")
 
     def flaky(self) -> None:
-        self.add("14 the two-node test's window", "the data-parallel window meets budget.min_window_s; no timing a load can break",
-                 "run by the suite: tests/test_distributed.py::test_readme_cluster_recipe_with_ray_start_and_ray_client "
+        self.add("14 the two-node test's window",
+                 "the data-parallel window meets budget.min_window_s; no timing a load can break",
+                 "run by the suite: "
+                 "tests/test_distributed.py::test_readme_cluster_recipe_with_ray_start_and_ray_client "
                  "asserts timed_s >= min_window_s (the clock top-up), not a speed", True)
 
 

@@ -48,11 +48,12 @@ def main() -> int:
         print(json.dumps({"ok": False, "error": "no CUDA device: run this on a GPU machine"}))
         return 2
     from tune_batch.config import config_from_dict
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
     from tune_batch.trial import run_trial
 
     out: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "checks": {}}
-    base = {"name": "gpucheck", "data": {"name": "synthetic", "resize": 32, "val_samples": 512, "synthetic_samples": 16384},
+    base = {"name": "gpucheck",
+            "data": {"name": "synthetic", "resize": 32, "val_samples": 512, "synthetic_samples": 16384},
             "model": {"name": "resnet18"}, "budget": {"train_samples": 8192, "warmup_steps": 5, "trial_timeout_s": 120}}
 
     def check(name: str, fn) -> None:
@@ -60,7 +61,8 @@ def main() -> int:
         try:
             out["checks"][name] = {**fn(), "seconds": round(time.perf_counter() - t0, 1)}
         except Exception as e:  # a check that crashes is a failed check, reported with its traceback
-            out["checks"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-2000:]}
+            out["checks"][name] = {"ok": False, "error": f"{type(e).__name__}: {e}",
+                                   "traceback": traceback.format_exc()[-2000:]}
         if args.json_out:  # a check that hangs past the caller's timeout still leaves the earlier ones
             Path(args.json_out).write_text(json.dumps(out, indent=1, default=str))
 
@@ -80,7 +82,8 @@ def main() -> int:
 
     def oom() -> dict:
         cfg = config_from_dict({**base, "data": {**base["data"], "resize": 224, "synthetic_samples": 2048},
-                                "resources": {"device_memory": "2GiB"}, "budget": {**base["budget"], "train_samples": 2048}})
+                                "resources": {"device_memory": "2GiB"},
+                                "budget": {**base["budget"], "train_samples": 2048}})
         res = run_trial(cfg, {"batch_size": 1024, "lr": 0.05, "num_gpus": 1})
         after = run_trial(config_from_dict(base), {"batch_size": 64, "lr": 0.05, "num_gpus": 1},)
         return {"ok": res.status == "oom" and after.status == "ok", "status": res.status, "reason": res.reason,
@@ -126,8 +129,9 @@ def main() -> int:
         a, b = alone.info, shared.info
         ok = (ready and alone.status == shared.status == "ok" and not a.other_gpu_processes
               and (b.other_gpu_processes or 0) >= 1 and bool(b.disturbed))
-        return {"ok": ok, "hog_ready": ready, "alone": {"disturbed": a.disturbed, "other_gpu_processes": a.other_gpu_processes,
-                "samples_per_s": alone.metrics.samples_per_s, "note": a.other_gpu_note},
+        return {"ok": ok, "hog_ready": ready,
+                "alone": {"disturbed": a.disturbed, "other_gpu_processes": a.other_gpu_processes,
+                          "samples_per_s": alone.metrics.samples_per_s, "note": a.other_gpu_note},
                 "shared": {"disturbed": b.disturbed, "other_gpu_processes": b.other_gpu_processes,
                            "other_gpu_mem_bytes": b.other_gpu_mem_bytes, "samples_per_s": shared.metrics.samples_per_s,
                            "note": b.other_gpu_note}}

@@ -1,6 +1,7 @@
-"""The layout's rules, checked on the source with ``ast``: module and function sizes, no import
-cycle among tune_batch modules, ray and optuna only where they belong, nothing heavy on import,
-and no process-wide state left behind by a search."""
+"""The layout's rules, checked on the source with ``ast``: module and function sizes, few modules
+at the top, no import cycle among tune_batch modules, no import up a floor, ray, optuna and torch
+only where they belong, nothing heavy on import, and no process-wide state left behind by a
+search."""
 
 from __future__ import annotations
 
@@ -20,11 +21,35 @@ from tests.conftest import REPO, tiny_config
 PKG = REPO / "tune_batch"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 80
+MAX_TOP_LEVEL_MODULES = 10
 #: Where each heavy library may be imported (module paths relative to tune_batch/).
 ALLOWED = {
     "ray": lambda rel: rel.startswith("backends/ray/"),
-    "optuna": lambda rel: rel in ("study.py", "samplers.py", "backends/optuna.py"),
+    "optuna": lambda rel: rel in ("study/seam.py", "study/samplers.py", "backends/local.py"),
+    # where training runs (and the device checks before a search or max-batch)
+    "torch": lambda rel: rel.startswith(("trial/", "measure/", "workload/", "backends/", "pipeline/")),
+    # the user's trainers: only in the loop that runs them, and in the shipped examples' builders
+    **{lib: (lambda rel: rel.startswith(("trial/trainers/", "workload/examples/")))
+       for lib in ("lightning", "pytorch_lightning", "transformers", "keras")},
 }
+#: The floors of the house, lowest first. A module imports only from its own package or from a
+#: package on a floor below; two packages on one floor do not import each other. The modules at
+#: the top (errors.py, cli.py, ...) count as packages of their own name, tune_batch/__init__.py
+#: as "__init__". The folders read in the data's order (config -> pipeline -> study, backends ->
+#: trial -> store -> analysis -> decide -> output); the floors say which may use which: the
+#: records' types and the config below everything, the pipeline that runs it all at the top.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("errors",),
+    ("config",),
+    ("store", "measure", "workload"),
+    ("analysis",),
+    ("trial", "study", "decide"),
+    ("output", "export"),
+    ("backends",),
+    ("pipeline",),
+    ("cli", "optuna", "__init__"),
+    ("__main__",),
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -114,8 +139,47 @@ def test_no_import_cycle_among_tune_batch_modules() -> None:
 def test_the_cycle_check_can_fail() -> None:
     # the checker itself: a module importing its importer is found
     graph = _graph()
-    assert "tune_batch.report" in graph["tune_batch.files"]
-    assert "tune_batch.files" not in graph["tune_batch.report"]
+    assert "tune_batch.analysis.report" in graph["tune_batch.output.files"]
+    assert "tune_batch.output.files" not in graph["tune_batch.analysis.report"]
+
+
+def _package(module: str) -> str:
+    """The folder (or top-level module) a tune_batch module belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _floor(package: str) -> int:
+    found = [i for i, floor in enumerate(FLOORS) if package in floor]
+    assert found, f"{package!r} is on no floor: add it to FLOORS"
+    return found[0]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of ``graph`` that go up a floor, or across to another package of one floor."""
+    bad = []
+    for name, targets in graph.items():
+        for t in sorted(targets):
+            a, b = _package(name), _package(t)
+            if a != b and _floor(b) >= _floor(a):
+                bad.append(f"{name} ({a}, floor {_floor(a)}) imports {t} ({b}, floor {_floor(b)})")
+    return bad
+
+
+def test_at_most_ten_modules_at_the_top() -> None:
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+def test_no_import_up_a_floor() -> None:
+    assert not _upward(_graph())
+
+
+def test_the_floor_check_can_fail() -> None:
+    # the checker itself: the schema reading the terminal's text, a trial reading a sibling floor
+    bad = _upward({"tune_batch.config.schema": {"tune_batch.output.text"},
+                   "tune_batch.trial.run": {"tune_batch.decide.confirm", "tune_batch.trial.loop"}})
+    assert len(bad) == 2 and "output.text" in bad[0] and "decide.confirm" in bad[1]
 
 
 @pytest.mark.parametrize("lib", sorted(ALLOWED))
@@ -130,9 +194,11 @@ def test_heavy_libraries_only_where_they_belong(lib: str) -> None:
 
 
 def test_importing_the_package_loads_no_heavy_library() -> None:
-    code = ("import sys, tune_batch, tune_batch.cli, tune_batch.config, tune_batch.report, tune_batch.files, "
-            "tune_batch.runner, tune_batch.records; "
-            "print(sorted(m for m in ('ray', 'torch', 'optuna') if m in sys.modules))")
+    code = ("import sys, tune_batch, tune_batch.cli, tune_batch.config, tune_batch.analysis.report, "
+            "tune_batch.output.files, tune_batch.output.text, tune_batch.pipeline.search, tune_batch.store.records, "
+            "tune_batch.export; "
+            "print(sorted(m for m in ('ray', 'torch', 'optuna', 'lightning', 'transformers', 'keras', 'accelerate') "
+            "if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.returncode == 0, p.stderr
@@ -140,11 +206,16 @@ def test_importing_the_package_loads_no_heavy_library() -> None:
 
 
 def process_state() -> dict[str, Any]:
-    """What a search could change process-wide: logger levels, warning filters, environment."""
+    """What a search could change process-wide: logger levels, warning filters, environment,
+    torch's global random state and its thread count."""
+    import torch
+
     return {
         "levels": {n: logging.getLogger(n).level for n in ("ray", "ray.tune", "ray.train", "optuna", "tune_batch")},
         "filters": list(warnings.filters),
         "env": dict(os.environ),
+        "torch_rng": torch.random.get_rng_state().numpy().tobytes(),
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -158,7 +229,7 @@ def test_search_leaves_no_process_wide_state_behind(tmp_path: Path) -> None:
     import sklearn.datasets  # noqa: F401
     import torch.profiler  # noqa: F401
 
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     optuna.logging.get_logger("optuna")  # optuna configures its root logger on first use
     logging.getLogger("optuna").setLevel(logging.DEBUG)  # a user's own choices, kept
@@ -173,5 +244,24 @@ def test_search_leaves_no_process_wide_state_behind(tmp_path: Path) -> None:
     assert not changed_env, {k: (before["env"].get(k), after["env"].get(k)) for k in changed_env}
     assert after["levels"] == before["levels"]
     assert after["filters"] == before["filters"], [f for f in after["filters"] if f not in before["filters"]]
+    assert after["torch_rng"] == before["torch_rng"] and after["threads"] == before["threads"]
     logging.getLogger("optuna").setLevel(logging.WARNING)
     logging.getLogger("ray").setLevel(logging.NOTSET)
+
+
+def test_a_trial_leaves_the_callers_torch_random_state_and_threads() -> None:
+    """run_trial (the quickstart's model, one small trial) seeds torch for itself, and puts the
+    caller's global random state and thread count back."""
+    import torch
+
+    from tests.conftest import REPO
+    from tune_batch import load_config, run_trial
+
+    cfg = load_config(REPO / "configs" / "quickstart.yaml", ["budget.train_samples=256", "resources.peak_flops=1e11"])
+    torch.manual_seed(1234)
+    torch.rand(3)  # somewhere in the caller's stream
+    before = process_state()
+    r = run_trial(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, threads=1)
+    assert r.status.value == "ok", r.reason
+    after = process_state()
+    assert after["torch_rng"] == before["torch_rng"] and after["threads"] == before["threads"]

@@ -23,7 +23,8 @@ def _point(b: int, lr: float, runs: list[tuple[str, float | None]], peak: float,
     """A grid point as --measure stores it (its median record ok when any run was), or, with
     ``median_ok`` False, as a one-seed table merged with later seeds' runs can hold it."""
     ok = [a for s, a in runs if s == "ok"] if median_ok else []
-    metrics = {"samples_per_s": 1000.0 * b ** 0.5, "peak_mem_bytes": peak, "val_acc": ok[0], "timed_s": 1.0} if ok else {}
+    metrics = ({"samples_per_s": 1000.0 * b ** 0.5, "peak_mem_bytes": peak, "val_acc": ok[0], "timed_s": 1.0}
+               if ok else {})
     return {"trial_id": 0, "params": {"batch_size": b, "lr": lr, "num_gpus": 1},
             "status": "ok" if ok else "diverged", "reason": None if ok else "non-finite loss", "metrics": metrics,
             "duration_s": 2.0, "info": {}, "samples_per_s_runs": [metrics["samples_per_s"]] * 3 if ok else [],
@@ -82,7 +83,8 @@ def test_a_table_without_seed_runs_is_its_own_truth(bench_search, table) -> None
 
 
 @pytest.mark.slow
-def test_add_seeds_trains_the_next_seeds_and_merges_only_status_and_val_acc(bench_search, tmp_path, monkeypatch) -> None:
+def test_add_seeds_trains_the_next_seeds_and_merges_only_status_and_val_acc(bench_search, tmp_path,
+                                                                            monkeypatch) -> None:
     """--add-seeds on a table the test writes (two points, one seed): the next seed of each point
     is really trained (the table's stored config, search.seed 1) and appended to its seed_runs,
     the step-work metrics untouched; every run is kept in the runs file; a replay then reads two

@@ -126,8 +126,8 @@ def test_more_mistakes_one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_p
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     bomb = tmp_path / "bomb.yaml"
-    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}" + f", *{chr(97 + i)}" * 8 + "]"
-                                                      for i in range(8)]
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}" + f", *{chr(97 + i)}" * 8 + "]" for i in range(8)]
     bomb.write_text("data:\n  kwargs:\n" + "".join(f"    {line}\n" for line in levels))
     bad_run = tmp_path / "badrun"
     bad_run.mkdir()
@@ -165,7 +165,8 @@ def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys:
     from tests.conftest import tiny_config
 
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"}, budget={"trials": 1, "train_samples": 128}).to_dict()))
+    cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"},
+                                              budget={"trials": 1, "train_samples": 128}).to_dict()))
     out = tmp_path / "out"
     assert _run(capsys, "search", str(cfg), "--output", str(out), "--quiet")[0] == 0
     (out / "study.db").unlink()
@@ -187,12 +188,18 @@ def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys:
 
 
 def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
-    from tune_batch.cli import _overhead, _trace_flag
-    from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+    from tune_batch.output.probe import _overhead
+    from tune_batch.output.probe import _trace_flag as trace_flag
+    from tune_batch.pipeline.probe import trace_steps
+    from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
+
+    def _trace_flag(r: TrialResult) -> list[str]:  # the steps the trace files hold, as the probe reads them
+        return trace_flag(r, trace_steps(r.info.trace_dir))
 
     def rec(over: float, trace_dir: Path) -> TrialResult:
-        return TrialResult("probe", Params(64, 0.04, 1), Status.OK, None, Metrics(samples_per_s=1000.0, samples_per_s_ci=30.0),
-                           1.0, TrialInfo(profiler_overhead=over, trace_dir=str(trace_dir), profile_active_steps=3))
+        return TrialResult("probe", Params(64, 0.04, 1), Status.OK, None,
+                           Metrics(samples_per_s=1000.0, samples_per_s_ci=30.0), 1.0,
+                           TrialInfo(profiler_overhead=over, trace_dir=str(trace_dir), profile_active_steps=3))
 
     assert "UNVERIFIED, negative" in _overhead(rec(-0.02, tmp_path))
     assert "UNVERIFIED, inside the window's own noise (+-3.0%)" in _overhead(rec(0.02, tmp_path))
@@ -204,6 +211,22 @@ def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
     (tmp_path / "b.pt.trace.json").write_text(json.dumps(steps))  # an earlier probe's, in the same directory
     (flag,) = _trace_flag(rec(0.3, tmp_path))
     assert "holds 6 profiled step(s), this trial recorded 3" in flag
+
+
+def test_probe_is_a_library_call_that_returns_data(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import tune_batch
+    from tests.conftest import tiny_config
+
+    seen: list[str] = []
+    done = tune_batch.probe(tiny_config(budget={"train_samples": 256}), 32, 0.05, output=tmp_path / "p", profile=False,
+                            on_workload=seen.append)
+    assert done.ok and done.result.trial_id == "probe" and done.result.params.batch_size == 32
+    assert seen == [done.workload] and "small_cnn" in done.workload and done.trace_steps is None
+    assert done.trials_path == tmp_path / "p" / "trials.jsonl" and len(done.trials_path.read_text().splitlines()) == 1
+    assert "workload" not in capsys.readouterr().out  # the caller prints, or not
+    with pytest.raises(tune_batch.UserError, match="a finite lr > 0"):
+        tune_batch.probe(tiny_config(), 32, float("nan"), output=tmp_path / "q")
+    assert not (tmp_path / "q").exists()
 
 
 def test_probe_profiles_unless_told_not_to_and_measuring_never_changes_training(capsys: pytest.CaptureFixture[str],

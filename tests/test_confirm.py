@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.confirm import first_reach, kendall_tau, search_noise_scale
-from tune_batch.decision import confirm_candidates, decide
-from tune_batch.pareto import parse_prefer
-from tune_batch.records import Status, TrialResult
-from tune_batch.repeats import candidates
-from tune_batch.report import render_summary
-from tune_batch.runner import search
+from tune_batch.analysis.pareto import parse_prefer
+from tune_batch.decide.confirm import first_reach, kendall_tau, search_noise_scale
+from tune_batch.decide.recommend import confirm_candidates, decide
+from tune_batch.decide.repeats import candidates
+from tune_batch.output.text import render_summary
+from tune_batch.pipeline.search import search
+from tune_batch.store.records import Status, TrialResult
 from tune_batch.trial.curve import confirm_run, eval_steps
 
 
@@ -154,7 +154,7 @@ def test_the_prediction_pools_the_searchs_noise_scale() -> None:
 
 
 def test_a_prediction_from_a_disturbed_throughput_says_so() -> None:
-    from tune_batch.confirm import predictions
+    from tune_batch.decide.confirm import predictions
 
     cfg = tiny_config(objectives=OBJ)
     gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
@@ -165,7 +165,8 @@ def test_a_prediction_from_a_disturbed_throughput_says_so() -> None:
     report = decide(cfg, short + runs)
     checked = {x["trial_id"]: x for x in predictions(report.confirmation, [])["confirmed"]}
     assert checked[2]["disturbed_throughput"] and not checked[0]["disturbed_throughput"]
-    assert "trial 2" in render_summary(report) and "(its samples/s only from disturbed windows)" in render_summary(report)
+    text = render_summary(report)
+    assert "trial 2" in text and "(its samples/s only from disturbed windows)" in text
 
 
 def test_nothing_learned_is_said_and_not_recommended() -> None:
@@ -292,9 +293,9 @@ def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower
 
 
 def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained() -> None:
-    from tune_batch.files import pareto_payload
-    from tune_batch.frames import to_frame
-    from tune_batch.report import render_table
+    from tune_batch.output.files import pareto_payload
+    from tune_batch.output.frames import to_frame
+    from tune_batch.output.text import render_table
 
     cfg = tiny_config(objectives=OBJ)
     # at the short budget batch 16 is the more accurate by less than the noise and half as fast
@@ -341,7 +342,8 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
     assert [c.trial.trial_id for c in conf.candidates] == [0, 1, 2]  # by the runs' time alone
     assert [c.time_to_target_s for c in conf.candidates] == [pytest.approx(1.0), pytest.approx(1.2), pytest.approx(1.3)]
     e_min = {0: 2000 / (1 + 256 / 50), 1: 1200 / (1 + 32 / 50), 2: 1300 / (1 + 32 / 50)}
-    predicted = {0: (e_min[1] + e_min[2]) / 2 * (1 + 256 / 50) / 2000, 1: (e_min[0] + e_min[2]) / 2 * (1 + 32 / 50) / 1000,
+    predicted = {0: (e_min[1] + e_min[2]) / 2 * (1 + 256 / 50) / 2000,
+                 1: (e_min[0] + e_min[2]) / 2 * (1 + 32 / 50) / 1000,
                  2: (e_min[0] + e_min[1]) / 2 * (1 + 32 / 50) / 1000}
     for c in conf.candidates:
         assert c.estimate_s == pytest.approx((c.time_to_target_s * predicted[c.trial.trial_id]) ** 0.5)
@@ -355,3 +357,55 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
     alone = decide(cfg, plain + runs)
     assert alone.recommended.trial_id == 0 and all(c.estimate_s == c.time_to_target_s
                                                    for c in alone.confirmation.candidates)
+
+
+def test_a_loss_is_reached_from_above_and_the_metric_is_checked_at_load() -> None:
+    from tune_batch.config import load_config
+    from tune_batch.errors import ConfigError
+
+    curve = [[100, 1.0, 2.0, 2.0], [200, 2.0, 1.5, 1.5], [300, 3.0, 1.0, 1.0]]
+    assert first_reach(curve, 1.4, maximize=False) == (3.0, 300)
+    assert first_reach(curve, 1.4) == (1.0, 100)  # as an accuracy: already above it
+    assert first_reach(curve, 0.5, maximize=False) is None
+    from tests.conftest import REPO
+
+    lm = REPO / "configs" / "tiny_lm.yaml"
+    assert load_config(lm).confirm_metric == ("val_loss", "minimize")
+    assert load_config(lm, ["confirm.metric=val_perplexity", "objectives=[{metric: val_perplexity, direction: "
+                                                               "minimize}]"]).confirm_metric[0] == "val_perplexity"
+    with pytest.raises(ConfigError, match="confirm.metric = 'val_bleu': allowed: val_acc or an objective"):
+        load_config(lm, ["confirm.metric=val_bleu"])
+    with pytest.raises(ConfigError, match="a val_acc target must be in"):
+        load_config(REPO / "configs" / "quickstart.yaml", ["confirm.target=3"])
+    assert tiny_config().confirm_metric == ("val_acc", "maximize")
+    assert parse_prefer("device_seconds_to_target", ["samples_per_s"]) == "device_seconds_to_target"
+
+
+@pytest.mark.slow
+def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_batch.pipeline.search import search
+
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 3},
+                      confirm={"candidates": 1, "seeds": 2, "train_samples": 2048, "evaluations": 4, "target": 0.5},
+                      baseline={"batch_size": 16, "lr": 0.01})
+    res = search(cfg, tmp_path / "run", quiet=False)
+    first = capsys.readouterr().out.splitlines()
+    summary = [line for line in first if line.startswith("recommendation vs the baseline")]
+    assert summary and "batch_size=16 lr=0.01 num_gpus=1" in summary[0], first[-30:]
+    pareto = json.loads((tmp_path / "run" / "pareto.json").read_text())
+    base = pareto["baseline"]
+    assert base["params"] == {"batch_size": 16, "lr": 0.01, "num_gpus": 1}
+    assert base["runs"] == ["baseline-c0", "baseline-c1"] and base["search_wall_s"] > 0
+    runs = [r for r in res.report.confirm_runs if r.info.confirm_of == "baseline"]
+    assert len(runs) == 2 and all(r.status is Status.OK for r in runs)
+    if base["time_to_target_s"] is not None:  # it reached 0.5: the ratio to the recommendation's time
+        rec = pareto["confirmation"]["candidates"][0]["time_to_target_s"]
+        assert base["speedup"] == pytest.approx(base["time_to_target_s"] / rec)
+        assert base["speedup_ci"] is not None and base["speedup_ci"] >= 0
+        assert "time to the val_acc target x" in summary[0] and "speedup" in summary[0]
+    else:
+        assert base["speedup_at_least"] > 0 and "never reached" in summary[0]
+    # the baseline is not a candidate and not a search trial
+    assert all(c["trial_id"] != "baseline" for c in pareto["confirmation"]["candidates"])
+    assert len(res.records) == 3

@@ -135,3 +135,21 @@ def test_pretrained_offline_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tm
         assert "could not load" in str(e) and "model.pretrained=false" in str(e)
     else:  # online machine: the weights came down, and the head was resized to 10 classes
         pytest.skip("online: pretrained weights downloaded")
+
+
+def test_the_held_out_workloads_build_offline() -> None:
+    """benchmarks/heldout: each config is valid and its data and model build here (no download)."""
+    import torch
+
+    from tests.conftest import REPO
+    from tune_batch.config import load_config
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.workload.tabular import data
+
+    for name in ("lm_markov", "bn_wd_cnn", "tabular_mlp"):
+        assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / f"{name}.yaml"))
+    train, val = data(rows=512, val_rows=128, features=12, classes=3, seed=1)
+    x = torch.stack([train[i][0] for i in range(len(train))])
+    assert x.shape == (512, 12) and abs(float(x.mean())) < 0.1 and abs(float(x.std()) - 1) < 0.1
+    assert {int(train[i][1]) for i in range(len(train))} == {0, 1, 2} and len(val) == 128
+    assert torch.equal(data(rows=512, val_rows=128, features=12, classes=3, seed=1)[0][5][0], train[5][0])

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import REPO, tiny_config
 from tune_batch.backends.ray import plan_resources
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -133,8 +133,9 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
         assert node.returncode == 0, node.stderr[-2000:]
         cfg = tmp_path / "c.yaml"
         # a minimum window longer than the budget's timed steps: the extra steps pair up on both ranks
-        cfg.write_text(yaml.safe_dump(tiny_config(space={"batch_size": [64], "num_gpus": [2]},
-                                                  budget={"trials": 1, "train_samples": 1024, "min_window_s": 1.5}).to_dict()))
+        budget = {"trials": 1, "train_samples": 1024, "min_window_s": 1.5}
+        space = {"batch_size": [64], "num_gpus": [2]}
+        cfg.write_text(yaml.safe_dump(tiny_config(space=space, budget=budget).to_dict()))
         p = run(sys.executable, "-m", "tune_batch", "search", str(cfg), "--address", f"127.0.0.1:{gcs}", "--output",
                 str(tmp_path / "run"), "--quiet")
         assert p.returncode == 0, p.stderr[-3000:]
@@ -168,18 +169,29 @@ def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> N
     the whole space after the probe's (Optuna's GP fit raised IndexError there before)."""
     import optuna
 
-    cfg = tiny_config(space={"batch_size": [16, 32, 64], "num_gpus": [1, 2]}, budget={"trials": 7})
+    cfg = tiny_config(space={"batch_size": [16, 32, 64], "num_gpus": [1, 2]}, budget={"trials": 7},
+                      confirm={"candidates": 1, "seeds": 1, "train_samples": 2048, "evaluations": 4, "target": 0.3})
     assert cfg.search.sampler == "gp"
     storage = f"sqlite:///{tmp_path / 'mixed.db'}"
     study = optuna.create_study(study_name="mixed", storage=storage, directions=cfg.directions)
     study.enqueue_trial({"batch_size": 16, "lr": 0.05, "num_gpus": 2})  # < 16 per worker: skipped
+    study.enqueue_trial({"batch_size": 32, "lr": 0.05, "num_gpus": 2})
     search(cfg, tmp_path / "run", storage_url=storage, study_name="mixed", quiet=True)
     recs = _records(tmp_path / "run")
-    counted = [r for r in recs if not r["info"].get("free_skip")]
+    counted = [r for r in recs if not r["info"].get("free_skip") and r["info"].get("confirm_of") is None]
     assert len(counted) == 7
     skipped = [r for r in recs if r["status"] == "skipped"]
     assert skipped and all("min_batch_per_gpu" in r["reason"] for r in skipped)
     ok_gpus = {r["params"]["num_gpus"] for r in recs if r["status"] == "ok"}
     assert ok_gpus == {1, 2}, [(r["params"], r["status"], r["reason"]) for r in recs]
     assert all(r["status"] in ("ok", "skipped", "diverged") for r in recs), [r["reason"] for r in recs]
-    assert (tmp_path / "run" / "pareto.json").exists()
+    # GPU count decided at length: one candidate asked for, and the first of the other count beside it
+    conf = json.loads((tmp_path / "run" / "pareto.json").read_text())["confirmation"]
+    by_gpus = {c["num_gpus"]: c for c in conf["candidates"]}
+    assert set(by_gpus) == {1, 2}, conf["candidates"]
+    for n, c in by_gpus.items():
+        assert c["time_to_target_s"] > 0 and c["device_seconds_to_target"] == pytest.approx(n * c["time_to_target_s"])
+    runs = [r for r in recs if r["info"].get("confirm_of") is not None]
+    two = [r for r in runs if r["params"]["num_gpus"] == 2]
+    assert two and all(r["info"]["world_size"] == 2 and r["info"]["launcher"] for r in two)
+    assert [g["num_gpus"] for g in conf["gpu_counts"]] == [1, 2] and conf["gpu_counts"][0]["scaling_efficiency"] == 1

@@ -15,8 +15,8 @@ import pytest
 
 import tune_batch
 from tests.conftest import tiny_config
-from tune_batch.records import Metrics, Status, TrialResult
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
+from tune_batch.store.records import Metrics, Status, TrialResult
 
 
 def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_path: Path) -> None:
@@ -28,6 +28,9 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     assert study.metric_names == ["samples_per_s", "val_acc"]
     assert study.user_attrs["tune_batch_recommended_trial"] == res.recommended.trial_id
     assert study.user_attrs["tune_batch_run_dir"] == str((tmp_path / "run").resolve())
+    # the final, noise-aware front where Optuna's views look (best_trials is Optuna's own, from
+    # the values told as each trial ended)
+    assert study.user_attrs["tune_batch_front"] == sorted(r.trial_id for r in res.front)
     lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
     attrs = study.trials[0].user_attrs  # every metric its own attribute too (one row each in optuna-dashboard)
@@ -52,7 +55,8 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     children = [r for r in runs() if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(children) == len(lines)
     p = parents[0].data
-    assert p.tags["recommended_trial"] == str(res.recommended.trial_id) and p.tags["objectives"] == "samples_per_s,val_acc"
+    assert p.tags["recommended_trial"] == str(res.recommended.trial_id)
+    assert p.tags["objectives"] == "samples_per_s,val_acc"
     assert p.tags["recommended_batch_size"] == str(res.recommended.params.batch_size) and p.metrics["records"] == 3
     by_id = {c.data.tags["tune_batch.trial_id"]: c.data for c in children}
     for x in map(json.loads, lines):
@@ -109,8 +113,8 @@ def _looked_up(config, params, trial_id=None, **_):  # a trial's result looked u
 @pytest.mark.skipif(CHROMIUM is None or DASHBOARD is None,
                     reason="needs chromium and optuna-dashboard (pip install optuna-dashboard)")
 def test_optuna_dashboard_names_the_objectives_and_sees_the_constraints(tmp_path: Path) -> None:
-    from tune_batch import study as seam
     from tune_batch.optuna import Objective
+    from tune_batch.study import seam
 
     cfg = tiny_config(space={"batch_size": [16, 32, 64]})  # the three default objectives
     storage = f"sqlite:///{tmp_path / 'study.db'}"

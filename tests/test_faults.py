@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 EXPECTED = {
     16: ("failed", "injected fault: the model raised"),

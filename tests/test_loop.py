@@ -15,8 +15,8 @@ from torch import nn
 from tests.conftest import tiny_config
 from tune_batch.config import load_config
 from tune_batch.errors import ConfigError
-from tune_batch.records import Status
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
+from tune_batch.store.records import Status
 from tune_batch.trial import run_trial
 from tune_batch.trial.loop import Recipe, Stepper, batch_len, make_optimizer, split_batch
 
@@ -112,11 +112,26 @@ def test_compiled_trial_keeps_compile_time_out_of_the_window() -> None:
 def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> None:
     cfg = load_config(REPO / "configs" / "tiny_lm.yaml",
                       ["search.backend=optuna", "budget.trials=3", "repeats.seeds=0", "budget.train_samples=2048",
-                       "resources.peak_flops=1e11"])
+                       "resources.peak_flops=1e11", "confirm.seeds=1", "confirm.train_samples=4096",
+                       "confirm.evaluations=4"])
     res = search(cfg, tmp_path / "run", quiet=True)
     recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
+    runs = [r for r in recs if r["info"].get("confirm_of") not in (None, "baseline")]
+    assert [r["trial_id"] for r in recs if r["info"].get("confirm_of") == "baseline"] == ["baseline-c0"]
+    recs = [r for r in recs if r["info"].get("confirm_of") is None]
     ok = [r for r in recs if r["status"] == "ok"]
     assert len(recs) == 3 and ok
+    # time to target on val_loss, minimised: the curves fall, the target lies between their first
+    # validation and the best any run reached, and each candidate that reached it says when
+    conf = json.loads((tmp_path / "run" / "pareto.json").read_text())["confirmation"]
+    assert conf["target_metric"] == "val_loss" and conf["target_direction"] == "minimize"
+    assert len(runs) == 2 and all(r["status"] == "ok" and r["metrics"]["val_loss"] > 0 for r in runs)
+    firsts = [r["info"]["curve"][0][2] for r in runs]
+    best = min(c[2] for r in runs for c in r["info"]["curve"])
+    assert best < conf["target"] < max(firsts)
+    reached = [c for c in conf["candidates"] if c["time_to_target_s"] is not None]
+    assert reached and all(min(curve["val_loss"]) <= conf["target"] for c in reached for curve in c["curves"])
+    assert res.report.method.startswith("time_to_target") and "val_loss" in res.report.method
     for r in ok:
         assert math.isfinite(r["metrics"]["val_loss"]) and r["metrics"]["val_perplexity"] > 1
         assert r["info"]["optimizer"] == "adamw" and r["metrics"]["mfu"] > 0  # FLOPs counted through the step
@@ -125,7 +140,7 @@ def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> No
 
 
 def test_the_ladder_scales_the_lr_by_the_optimizer_family() -> None:
-    from tune_batch.space import seed_points
+    from tune_batch.study.space import seed_points
 
     sgd = tiny_config(search={"seed_ladder": True}, budget={"trials": 9})
     adam = tiny_config(search={"seed_ladder": True}, budget={"trials": 9}, optimizer={"name": "adam"})

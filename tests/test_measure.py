@@ -9,7 +9,8 @@ import torch
 
 from tests.conftest import tiny_config
 from tune_batch.measure.flops import datasheet_peak, measure_peak, model_flops_per_sample
-from tune_batch.measure.nvml import GpuSample, GpuSampler, samples_in_window
+from tune_batch.measure.gpu_window import GpuSample, samples_in_window
+from tune_batch.measure.nvml import GpuSampler
 from tune_batch.trial import bottleneck, run_trial
 
 
@@ -200,7 +201,7 @@ def test_other_gpu_processes_in_the_window_are_recorded() -> None:
 
 
 def test_others_of_tells_this_process_apart() -> None:
-    from tune_batch.measure.nvml import others_of
+    from tune_batch.measure.gpu_window import others_of
 
     assert others_of({1: 5, 2: 7}, me=1) == ({2: 7}, None)
     assert others_of({}, me=1) == ({}, None)

@@ -7,11 +7,11 @@ import torch
 
 from tests.conftest import tiny_config
 from tune_batch.errors import UserError
-from tune_batch.max_batch import Probe, candidates, find_max_batch, max_batch
 from tune_batch.measure.cpu import PeakRss
-from tune_batch.oom import fit_memory
-from tune_batch.policy import FeasibilityModel
-from tune_batch.records import Params, TrialResult
+from tune_batch.measure.oom import fit_memory
+from tune_batch.pipeline.max_batch import Probe, candidates, find_max_batch, max_batch
+from tune_batch.store.records import Params, TrialResult
+from tune_batch.study.admission import FeasibilityModel
 
 MiB = 2**20
 

@@ -13,13 +13,14 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, tiny_config
+from tune_batch.analysis.growth import growth
+from tune_batch.analysis.report import build_report
 from tune_batch.config import Config, config_from_dict, load_config
 from tune_batch.errors import ConfigError
-from tune_batch.files import write_files
-from tune_batch.measure.growth import growth
 from tune_batch.measure.memory import live_tensor_bytes
-from tune_batch.records import Status, TrialResult
-from tune_batch.report import build_report, render_summary
+from tune_batch.output.files import write_files
+from tune_batch.output.text import render_summary
+from tune_batch.store.records import Status, TrialResult
 from tune_batch.trial import run_trial
 from tune_batch.trial.curve import confirm_run
 
@@ -105,7 +106,7 @@ def test_without_the_worst_case_a_fitting_config_runs_out_of_memory_later_and_wi
 
 @pytest.mark.slow
 def test_no_config_a_search_recommends_runs_out_of_memory_at_length(tmp_path: Path) -> None:
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     cfg = _varlen("48MiB").model_copy(deep=True)
     cfg = config_from_dict({**cfg.to_dict(), "space": {"batch_size": [16, 32, 64], "lr": {"low": 1e-3, "high": 1e-3},
@@ -138,7 +139,7 @@ def test_a_confirmation_run_records_its_memory_and_a_leak_is_flagged() -> None:
 
 
 def test_a_leaking_config_is_not_recommended_silently(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     cfg = tiny_config(model={"name": "tests.workloads:leaky", "kwargs": {"kib_per_step": 64}}, objectives=OBJ,
                       search={"backend": "optuna", "seed": 0}, budget={"trials": 3},
@@ -190,7 +191,7 @@ def test_the_recommendation_keeps_the_memory_margin_and_the_files_say_so(tmp_pat
 
 def test_a_config_over_the_margin_is_not_chosen_from_the_confirmed_candidates() -> None:
     from tests.test_confirm import _curve
-    from tune_batch.decision import decide
+    from tune_batch.decide.recommend import decide
 
     cfg = tiny_config(objectives=OBJ, resources={"device_memory": "100MiB"})
     short = [_rec(0, 64, 1000, 0.90, 50), _rec(1, 16, 600, 0.95, 40)]
@@ -249,8 +250,8 @@ def test_nvml_unavailable_leaves_the_usable_memory_unknown_with_a_note(monkeypat
 
 def test_no_trial_leaves_memory_allocated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tune_batch.cli import main
-    from tune_batch.max_batch import max_batch
-    from tune_batch.runner import search
+    from tune_batch.pipeline.max_batch import max_batch
+    from tune_batch.pipeline.search import search
 
     cfg = tiny_config(search={"backend": "optuna"}, budget={"trials": 2}, resources={"device_memory": "40MiB"})
 

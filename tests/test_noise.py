@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.files import write_files
-from tune_batch.noise import beyond, mean_ci, rate_ci, t95
-from tune_batch.pareto import noisy_non_dominated
-from tune_batch.records import TrialResult
-from tune_batch.report import build_report, render_summary
+from tune_batch.analysis.noise import beyond, mean_ci, rate_ci, t95
+from tune_batch.analysis.pareto import noisy_non_dominated
+from tune_batch.analysis.report import build_report
+from tune_batch.output.files import write_files
+from tune_batch.output.text import render_summary
+from tune_batch.store.records import TrialResult
 
 
 def _rec(tid, sps, acc, b=16, lr=0.01, repeat_of=None, seed=0, sps_ci=None) -> TrialResult:
@@ -47,9 +48,10 @@ def test_accuracy_noise_is_pooled_as_a_share_and_read_at_each_level(tmp_path: Pa
     pooled on the log-odds scale and each config's half-width read back at its own level."""
     import math
 
-    from tune_batch.points import NoiseLevel
+    from tune_batch.analysis.points import NoiseLevel
 
-    recs = [_rec(0, 1000, 0.98), _rec("0s1", 1000, 0.97, repeat_of=0, seed=1), _rec("0s2", 1000, 0.99, repeat_of=0, seed=2),
+    recs = [_rec(0, 1000, 0.98), _rec("0s1", 1000, 0.97, repeat_of=0, seed=1),
+            _rec("0s2", 1000, 0.99, repeat_of=0, seed=2),
             _rec(1, 2000, 0.50, b=64), _rec("1s1", 2000, 0.40, b=64, repeat_of=1, seed=1),
             _rec("1s2", 2000, 0.62, b=64, repeat_of=1, seed=2)]
     report = build_report(_cfg(), recs)
@@ -116,7 +118,7 @@ def test_throughput_pools_over_every_learning_rate_of_a_batch_size(tmp_path: Pat
     assert a.mean["val_acc"] == 0.95 and b.mean["val_acc"] == 0.80  # accuracy stays the config's own
     assert "1 step(s) measured more than once" in report.noise["samples_per_s"].how
     assert {r.trial_id for r in report.front} == {0, 2}
-    from tune_batch.report import tradeoffs
+    from tune_batch.analysis.report import tradeoffs
 
     assert tradeoffs(report, recs[1], recs[0])[0] == "the same samples/s (the same step, another learning rate)"
     write_files(report, tmp_path)
@@ -131,7 +133,7 @@ def test_throughput_pools_over_every_learning_rate_of_a_batch_size(tmp_path: Pat
 
 
 def test_a_disturbed_reading_does_not_set_its_steps_throughput() -> None:
-    from tune_batch.points import StepMeans
+    from tune_batch.analysis.points import StepMeans
 
     def disturbed(r: TrialResult) -> TrialResult:
         return r.replace(info=r.info.with_(disturbed=True, others_cpu_frac=0.53))
@@ -167,7 +169,7 @@ def test_no_recommendation_far_below_the_best_accuracy_unless_faster_beyond_nois
 
 
 def test_optuna_backend_repeats_front_candidates_and_resumes(tmp_path: Path) -> None:
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 3, "train_samples": 256},
                       objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}],

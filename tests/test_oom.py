@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tune_batch.oom import MemoryCapExceeded, cap_bytes, is_oom_error
+from tune_batch.measure.oom import MemoryCapExceeded, cap_bytes, is_oom_error
 
 
 @pytest.mark.parametrize("exc", [
@@ -12,7 +12,8 @@ from tune_batch.oom import MemoryCapExceeded, cap_bytes, is_oom_error
     RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB"),
     RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
     RuntimeError("cuDNN error: CUDNN_STATUS_NOT_ENOUGH_WORKSPACE"),
-    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1000000 bytes."),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                 "you tried to allocate 1000000 bytes."),
     MemoryError(),
     MemoryCapExceeded(10, 5),
 ])
@@ -55,9 +56,9 @@ def test_cap_bytes() -> None:
 
 
 def test_a_learning_rate_past_a_divergence_is_skipped_at_that_batch_size() -> None:
-    from tune_batch import objectives
-    from tune_batch.policy import Policy
-    from tune_batch.records import Params, Status, TrialResult
+    from tune_batch.analysis import objectives
+    from tune_batch.store.records import Params, Status, TrialResult
+    from tune_batch.study.admission import Policy
 
     policy = Policy(tiny_config(space={"batch_size": [16, 32, 64]}))
     policy.observe(TrialResult(7, Params(32, 0.1, 1), Status.DIVERGED, "non-finite loss at step 3"))

@@ -74,7 +74,8 @@ def test_optuna_backend_search_and_the_optuna_cli(tmp_path: Path) -> None:
     assert len(recs) == 3 and [r["trial_id"] for r in recs] == [0, 1, 2]
     assert res.front and (out / "pareto.json").exists() and (out / "results.csv").exists()
     assert "ray" not in {p.name for p in out.iterdir()}
-    p = subprocess.run(["optuna", "trials", "--storage", f"sqlite:///{out / 'study.db'}", "--study-name", "t", "-f", "json"],
+    p = subprocess.run(["optuna", "trials", "--storage", f"sqlite:///{out / 'study.db'}", "--study-name", "t",
+                        "-f", "json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
@@ -154,7 +155,7 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
 
 def _oom_at_64(config, params, *, trial_id, extra, run_dir):
     """A trial looked up, not trained: batch 64 runs out of memory, batch 16 fits."""
-    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
+    from tune_batch.store.records import Metrics, Status, TrialInfo, TrialResult
 
     if params.batch_size == 64:
         return TrialResult(trial_id, params, Status.OOM, "CUDA out of memory (looked up)")
@@ -164,12 +165,12 @@ def _oom_at_64(config, params, *, trial_id, extra, run_dir):
 
 
 def test_a_skipped_proposal_uses_no_trial_of_the_budget() -> None:
-    """The in-process search loop (backends.optuna.optimize): after batch 64 ran out of memory,
+    """The in-process search loop (backends.local.optimize): after batch 64 ran out of memory,
     proposals of 64 are skipped, told to Optuna as infeasible and recorded (free_skip), and the
     sampler is asked again: the budget of 3 trials is 3 trials that ran."""
-    from tune_batch.backends.optuna import optimize
-    from tune_batch.policy import FREE_SKIPS_IN_A_ROW
-    from tune_batch.records import Status, TrialResult, budget_used
+    from tune_batch.backends.local import optimize
+    from tune_batch.store.records import Status, TrialResult, budget_used
+    from tune_batch.study.admission import FREE_SKIPS_IN_A_ROW
 
     cfg = tiny_config(space={"batch_size": [16, 64]})
     ran = []
@@ -208,8 +209,8 @@ def test_the_random_start_counts_trials_of_the_budget_not_free_skips(name: str) 
     """A model-based sampler starts modelling after ``startup_trials`` trials that ran: the free
     skips told to the study in between (COMPLETE, infeasible) do not end its random start, as
     they did with Optuna's own n_startup_trials (which counts every COMPLETE trial)."""
-    from tune_batch.backends.optuna import optimize
-    from tune_batch.samplers import make_sampler, startup_trials
+    from tune_batch.backends.local import optimize
+    from tune_batch.study.samplers import make_sampler, startup_trials
 
     cfg = tiny_config(space={"batch_size": [16, 64]})
 
@@ -234,7 +235,7 @@ def test_the_sampler_is_told_each_steps_mean_throughput() -> None:
     """Samples/s belongs to the step, not to the learning rate: the sampler is told the mean over
     every run of the trial's step so far (Policy.told); the record and the trial's user
     attributes keep the trial's own reading."""
-    from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
+    from tune_batch.store.records import Metrics, Status, TrialInfo, TrialResult
 
     cfg = tiny_config(space={"batch_size": [32, 64]}, objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}])
     readings = {(32, 0.01): 1000.0, (32, 0.05): 1400.0, (64, 0.01): 3000.0}
@@ -268,7 +269,7 @@ def test_the_random_start_puts_one_learning_rate_in_each_third_of_its_range(name
     for free is redrawn in the same third. Batch sizes stay random."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from tune_batch.samplers import make_sampler, startup_trials
+    from tune_batch.study.samplers import make_sampler, startup_trials
 
     space = {"batch_size": CategoricalDistribution([16, 32, 64]), "lr": FloatDistribution(1e-3, 1.0, log=True)}
     assert startup_trials(9) == 3

@@ -4,8 +4,8 @@ import optuna
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tune_batch.pareto import dominates, front, knee, non_dominated
-from tune_batch.records import TrialResult
+from tune_batch.analysis.pareto import dominates, front, knee_index, non_dominated
+from tune_batch.store.records import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -24,7 +24,8 @@ def _result(i: int, metrics: dict, status: str = "ok") -> TrialResult:
 )
 def test_front_equals_optunas_best_trials(directions: list[str], data: st.DataObject) -> None:
     n = data.draw(st.integers(1, 14))
-    points = data.draw(st.lists(st.lists(small, min_size=len(directions), max_size=len(directions)), min_size=n, max_size=n))
+    k = len(directions)
+    points = data.draw(st.lists(st.lists(small, min_size=k, max_size=k), min_size=n, max_size=n))
     feasible = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     study = optuna.create_study(directions=directions)
     for p, ok in zip(points, feasible):
@@ -46,9 +47,9 @@ def test_dominates_and_duplicates() -> None:
 
 
 def test_knee_is_the_balanced_point() -> None:
-    points = [_result(i, {"a": a, "b": b}) for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
-    assert knee(points, ["a", "b"], ["maximize", "maximize"]).trial_id == 1
+    points = [[10.0, 0.0], [8.0, 8.0], [0.0, 10.0]]
+    assert knee_index(points, ["maximize", "maximize"]) == 1
     # the same with one objective minimised: directions are read in one place
-    flipped = [_result(i, {"a": a, "b": -b}) for i, (a, b) in enumerate([(10, 0), (8, 8), (0, 10)])]
-    assert knee(flipped, ["a", "b"], ["maximize", "minimize"]).trial_id == 1
-    assert knee([], ["a"], ["maximize"]) is None
+    flipped = [[a, -b] for a, b in points]
+    assert knee_index(flipped, ["maximize", "minimize"]) == 1
+    assert knee_index([], ["maximize"]) is None

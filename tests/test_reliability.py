@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import tiny_config
 from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 
 def _dead_pid() -> int:
@@ -44,7 +44,8 @@ def test_stale_session_dirs_and_their_processes_are_swept(tmp_path: Path) -> Non
     # and one like Ray's agents, which retitle themselves (ray::DashboardAgent): its command line
     # names nothing, but it holds its log open under the session dir
     (stale / "logs").mkdir()
-    agent = subprocess.Popen([sys.executable, "-c", "import os, time; f = open(os.environ['LOG'], 'w'); time.sleep(120)"],
+    agent = subprocess.Popen([sys.executable, "-c",
+                              "import os, time; f = open(os.environ['LOG'], 'w'); time.sleep(120)"],
                              env={**os.environ, "LOG": str(stale / "logs" / "agent.log")})
     try:
         assert _wait_for(lambda: (stale / "logs" / "agent.log").exists())
@@ -73,7 +74,7 @@ def test_device_util_without_nvml_is_refused_before_anything_runs(monkeypatch) -
 
     from tune_batch.errors import ConfigError, DeviceMonitorError
     from tune_batch.measure import nvml
-    from tune_batch.runner import check_device_util
+    from tune_batch.pipeline.search import check_device_util
 
     def broken(indices):
         raise DeviceMonitorError("NVML could not open the trial's GPUs [0]: Driver Not Loaded")
@@ -88,14 +89,15 @@ def test_device_util_without_nvml_is_refused_before_anything_runs(monkeypatch) -
 
 
 def test_an_ok_trial_missing_an_objective_is_not_told_as_a_bad_point() -> None:
-    from tune_batch import study as seam
-    from tune_batch.records import TrialResult
-    from tune_batch.report import build_report
+    from tune_batch.analysis.report import build_report
+    from tune_batch.store.records import TrialResult
+    from tune_batch.study import seam
 
     cfg = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "device_util"}])
     rec = TrialResult.from_record({"trial_id": 0, "params": {"batch_size": 16, "lr": 0.01, "num_gpus": 1},
                                    "status": "ok", "metrics": {"samples_per_s": 100.0},
-                                   "info": {"device_util_note": "NVML read failed during the window after 0 sample(s)"}})
+                                   "info": {"device_util_note":
+                                            "NVML read failed during the window after 0 sample(s)"}})
     assert seam.answer(cfg, rec) is None  # a FAIL for Optuna, not a 0.0
     report = build_report(cfg, [rec])
     assert any("1 ok trial(s) lack an objective (device_util: NVML read failed" in n for n in report.notes)
@@ -134,7 +136,7 @@ def _listeners(pids: set[int]) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("backend", ["optuna", pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.slow])])
 def test_a_record_that_cannot_be_written_stops_the_search_and_is_kept(tmp_path: Path, backend: str) -> None:
     from tune_batch.errors import RecordNotWritten
-    from tune_batch.runner import search
+    from tune_batch.pipeline.search import search
 
     run = tmp_path / "run"
     cfg = tiny_config(model={"name": "tests.workloads:swaps_records_away", "kwargs": {"run_dir": str(run)}},

@@ -15,18 +15,19 @@ from hypothesis import strategies as st
 from optuna._hypervolume import compute_hypervolume
 
 from tests.conftest import tiny_config
+from tune_batch.analysis.pareto import REFERENCE, choose, hypervolume, parse_prefer
+from tune_batch.analysis.report import build_report
 from tune_batch.cli import main
 from tune_batch.config import load_config
 from tune_batch.errors import UserError
-from tune_batch.files import write_files
-from tune_batch.pareto import REFERENCE, hypervolume, parse_prefer, recommend
-from tune_batch.records import TrialResult
-from tune_batch.report import build_report
-from tune_batch.report_html import figure_data
+from tune_batch.output.files import write_files
+from tune_batch.output.html import figure_data
+from tune_batch.store.records import TrialResult
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(2, 3).flatmap(lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=12)))
+@given(st.integers(2, 3).flatmap(
+    lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=12)))
 def test_hypervolume_equals_optunas(points: list[list[float]]) -> None:  # 2 and 3 objectives
     # ours maximises above (ref, ..); Optuna's minimises below its reference point: negate both
     ours = hypervolume(points)
@@ -35,7 +36,8 @@ def test_hypervolume_equals_optunas(points: list[list[float]]) -> None:  # 2 and
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(4, 5).flatmap(lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=7)))
+@given(st.integers(4, 5).flatmap(
+    lambda k: st.lists(st.lists(st.floats(0, 1), min_size=k, max_size=k), min_size=1, max_size=7)))
 def test_hypervolume_of_more_objectives_equals_optunas(points: list[list[float]]) -> None:
     # the config accepts up to seven objectives: the hypervolume is exact for any number
     ours = hypervolume(points)
@@ -44,7 +46,8 @@ def test_hypervolume_of_more_objectives_equals_optunas(points: list[list[float]]
 
 
 def _rec(i: int, sps: float, acc: float, status: str = "ok", b: int = 16) -> TrialResult:
-    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": b, "lr": 0.01 * (i + 1), "num_gpus": 1}, "status": status,
+    return TrialResult.from_record({
+            "trial_id": i, "params": {"batch_size": b, "lr": 0.01 * (i + 1), "num_gpus": 1}, "status": status,
             "reason": None if status == "ok" else "out of memory",
             "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc, "peak_mem_bytes": 2**20 * b}
             if status == "ok" else {}, "duration_s": 1.0, "info": {}})
@@ -60,9 +63,14 @@ def test_recommendation_knee_prefer_and_weights() -> None:
     assert {r.trial_id for r in report.front} == {0, 1, 2}
     assert report.recommended.trial_id == 1  # the balanced point
     m, d = cfg.metric_names, cfg.directions
-    assert recommend(report.front, m, d, "samples_per_s")[0].trial_id == 2
-    assert recommend(report.front, m, d, "val_acc")[0].trial_id == 0
-    assert recommend(report.front, m, d, {"val_acc": 4, "samples_per_s": 1})[0].trial_id == 0
+    values = [[r.metrics.value(x) for x in m] for r in report.front]
+
+    def preferred(prefer: str | dict[str, float]) -> object:  # the choice on the trials' own measurements
+        return report.front[choose(values, m, d, prefer)[0]].trial_id
+
+    assert preferred("samples_per_s") == 2
+    assert preferred("val_acc") == 0
+    assert preferred({"val_acc": 4, "samples_per_s": 1}) == 0
     t = report.tradeoffs[2]
     assert t[0] == "2.00x samples/s (faster per epoch)" and t[1] == "-0.400 val_acc"
     with pytest.raises(UserError, match="not an objective"):
@@ -71,7 +79,8 @@ def test_recommendation_knee_prefer_and_weights() -> None:
         parse_prefer("val_acc=-1", m)
 
 
-def test_best_yaml_is_a_valid_config_of_the_recommended_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_best_yaml_is_a_valid_config_of_the_recommended_point(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     report = build_report(tiny_config(), RECS)
     write_files(report, tmp_path)
     best = load_config(tmp_path / "best.yaml")
@@ -81,7 +90,7 @@ def test_best_yaml_is_a_valid_config_of_the_recommended_point(tmp_path: Path, ca
 
 
 def test_report_rebuilds_the_same_pareto_from_trials_and_config_alone(tmp_path: Path) -> None:
-    from tune_batch.results import RunDir
+    from tune_batch.store.rundir import RunDir
 
     run = RunDir(tmp_path / "run")
     run.prepare(tiny_config())
@@ -129,7 +138,8 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
         return dom[start:end if end > 0 else len(dom)]
 
     # the answer comes first, in words, before any plot
-    assert dom.index('id="tb-answer"') < dom.index('id="tb-seed"') < dom.index('id="tb-heat"') < dom.index('id="tb-front"')
+    assert (dom.index('id="tb-answer"') < dom.index('id="tb-seed"') < dom.index('id="tb-heat"')
+            < dom.index('id="tb-front"'))
     answer = panel("tb-answer")
     rec = report.recommended
     assert f"batch_size {rec.params.batch_size}" in answer and "+-" in answer
@@ -150,8 +160,8 @@ def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
 
 
 def test_summary_says_which_skips_used_no_trial() -> None:
-    from tune_batch.records import Metrics, Params, Status, TrialInfo
-    from tune_batch.report import render_summary
+    from tune_batch.output.text import render_summary
+    from tune_batch.store.records import Metrics, Params, Status, TrialInfo
 
     cfg = tiny_config()
     p = Params.of({"batch_size": 16, "lr": 0.01, "num_gpus": 1})

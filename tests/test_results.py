@@ -6,16 +6,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
+from tune_batch.analysis.report import build_report
 from tune_batch.errors import RunDirError
-from tune_batch.files import write_files
-from tune_batch.frames import to_frame
-from tune_batch.records import Status, TrialResult
-from tune_batch.report import build_report
-from tune_batch.results import RunDir, load_records
+from tune_batch.output.files import write_files
+from tune_batch.output.frames import to_frame
+from tune_batch.store.records import Status, TrialResult
+from tune_batch.store.rundir import RunDir, load_records
 
 
 def _rec(i: int, status: str = "ok", sps: float = 1.0, acc: float = 0.5, b: int = 16) -> TrialResult:
-    return TrialResult.from_record({"trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
+    return TrialResult.from_record({
+            "trial_id": i, "params": {"batch_size": b, "lr": 0.01, "num_gpus": 1}, "status": status, "reason": None,
             "metrics": {"samples_per_s": sps, "device_util": 0.9, "val_acc": acc} if status == "ok" else {},
             "duration_s": 1.0, "info": {}})
 
@@ -102,7 +103,7 @@ def test_one_writer_per_run_directory(tmp_path: Path) -> None:
 
     run = tmp_path / "r"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); from tune_batch.results import RunDir\n"
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from tune_batch.store.rundir import RunDir\n"
         "with RunDir(sys.argv[2]).lock():\n    print('held', flush=True); time.sleep(60)"),
         str(Path(__file__).resolve().parents[1]), str(run)], stdout=subprocess.PIPE, text=True)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 pytestmark = [pytest.mark.slow]
 
@@ -67,12 +67,10 @@ def test_a_cut_last_record_is_set_aside_and_its_run_measured_again(
     assert len(ids) == len(set(ids))  # one record per trial and per planned job
     if kind != "searched":  # the cut job ran again under its own name (a cut trial gets a new number)
         assert cut["trial_id"] in ids
-    for r in recs:  # lineage on every record of a stage job
-        tid = str(r["trial_id"])
-        if "s" in tid:
-            assert r["info"]["repeat_of"] is not None and r["info"]["seed"] is not None, r
-        if "c" in tid:
-            assert r["info"]["confirm_of"] is not None and r["info"]["seed"] is not None, r
+    for r in recs:  # lineage on every record of a stage job (ids "<trial>s<seed>", "<trial>c<seed>")
+        if isinstance(r["trial_id"], str):
+            lineage = r["info"].get("repeat_of") if "s" in r["trial_id"] else r["info"].get("confirm_of")
+            assert lineage is not None and r["info"]["seed"] is not None, r
     assert (run / "trials.jsonl.broken").read_text() == lines[last][:-40] + "\n"
     assert len(result.report.records) == 3 and result.report.confirmation is not None
     # read again: nothing broken is left to warn about

@@ -10,9 +10,9 @@ import optuna
 import pytest
 
 from tests.conftest import tiny_config
-from tune_batch.backends.optuna import Objective, optimize
-from tune_batch.records import Metrics, Status, TrialInfo, TrialResult
-from tune_batch.samplers import ScaledProbe, make_sampler, probe_rule, startup_trials
+from tune_batch.backends.local import Objective, optimize
+from tune_batch.store.records import Metrics, Status, TrialInfo, TrialResult
+from tune_batch.study.samplers import ScaledProbe, make_sampler, probe_rule, startup_trials
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -87,7 +87,8 @@ def test_the_walk_starts_at_the_far_end_and_reads_it_twice(name: str) -> None:
     for b, lr in [(16, 0.03), (32, 0.001), (64, 0.3)]:
         study.enqueue_trial({"batch_size": b, "lr": lr, "num_gpus": 1})
     optimize(study, Objective(cfg, runner=_held, free_skips=True), 9)
-    probes = [(t.params["batch_size"], t.params["lr"]) for t in study.get_trials() if t.system_attrs.get(ScaledProbe.ATTR)]
+    probes = [(t.params["batch_size"], t.params["lr"]) for t in study.get_trials()
+              if t.system_attrs.get(ScaledProbe.ATTR)]
     step, near = ScaledProbe.STEP, ScaledProbe.NEAR
     up = 0.03 * math.sqrt(1.0 / 0.03)  # the climb at 16, half the way to the top: past the peak, 16's edge
     far = up * math.sqrt(16) / step   # linear (16 x 0.03) within NEAR of 256's edge (up x 4): a STEP below it

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO, tiny_config
 from tests.test_reliability import _listeners, _tree
-from tune_batch.runner import search
+from tune_batch.pipeline.search import search
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -116,21 +116,24 @@ def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
     # 4 of the quickstart's 12 trials keep the suite under 10 minutes; the whole 12-trial run is
     # measured by hand and quoted in README
     out = tmp_path / "OUT"
-    p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--set", "budget.trials=4", "--set", "repeats.candidates=1",
-             "--set", "repeats.seeds=1", "--set", "confirm.candidates=1", "--set", "confirm.seeds=1", "--output", str(out),
-             cwd=tmp_path)
+    p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--set", "budget.trials=4",
+             "--set", "repeats.candidates=1", "--set", "repeats.seeds=1", "--set", "confirm.candidates=1",
+             "--set", "confirm.seeds=1", "--output", str(out), cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     every = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
     recs = [r for r in every if r["info"].get("repeat_of") is None and r["info"].get("confirm_of") is None]
-    # and a repeat (seed 1) of the recommended candidate, and one confirmation run, on Ray Tune
-    assert len(recs) == 4 and len(every) == 6
+    # and a repeat (seed 1) of the recommended candidate, one confirmation run, and one of the
+    # config's baseline (batch 32, lr 0.01) beside it, on Ray Tune
+    assert len(recs) == 4 and len(every) == 7
     assert "re-measuring front candidates with other seeds: 1 run(s)" in p.stdout
     repeats = [r for r in every if r["info"].get("repeat_of") is not None]
     assert {r["info"]["seed"] for r in repeats} == {1}
     (of,) = {r["info"]["repeat_of"] for r in repeats}  # one candidate, another seed
     assert of in {r["trial_id"] for r in recs} and all(r["trial_id"] == f"{of}s{r['info']['seed']}" for r in repeats)
-    assert "confirming front candidates at a longer budget: 1 run(s)" in p.stdout
-    (confirmed,) = [r for r in every if r["info"].get("confirm_of") is not None]
+    assert "confirming front candidates at a longer budget: 2 run(s)" in p.stdout
+    (confirmed,) = [r for r in every if r["info"].get("confirm_of") not in (None, "baseline")]
+    (base,) = [r for r in every if r["info"].get("confirm_of") == "baseline"]
+    assert base["trial_id"] == "baseline-c0" and base["params"]["batch_size"] == 32
     assert confirmed["status"] == "ok" and confirmed["info"]["train_samples_done"] == 4 * 4096
     assert len(confirmed["info"]["curve"]) == 16
     ok = [r for r in recs if r["status"] == "ok"]
@@ -142,12 +145,15 @@ def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
     assert max(r["metrics"]["val_acc"] for r in ok) > 0.8
     for r in ok:  # the measurements every ok record carries
         assert 0 < r["metrics"]["mfu"] and 0 < r["metrics"]["device_util"] <= 1
-        assert {"peak_mem_bytes", "data_wait_frac"} <= set(r["metrics"]) and r["info"]["bottleneck"] and r["info"]["device"]
+        assert {"peak_mem_bytes", "data_wait_frac"} <= set(r["metrics"])
+        assert r["info"]["bottleneck"] and r["info"]["device"]
     assert "Pareto front" in p.stdout and "recommended:" in p.stdout
-    assert "[6/6]" in p.stdout and "noise val_acc" in p.stdout
+    assert "[7/7]" in p.stdout and "noise val_acc" in p.stdout
     if all(r["status"] == "ok" for r in repeats):
         repeated = next((t for t in pareto["trials"] if t["trial_id"] == of), None)
         assert repeated is None or (len(repeated["runs"]) == 2 and repeated["metrics"]["val_acc_ci"] is not None)
+    assert pareto["baseline"]["params"] == {"batch_size": 32, "lr": 0.01, "num_gpus": 1}
+    assert "recommendation vs the baseline (batch_size=32 lr=0.01 num_gpus=1)" in p.stdout
     conf = pareto["confirmation"]
     if conf["recommended_trial_id"] is not None:  # its one candidate reached the target (0.95 x its own best)
         assert pareto["recommendation_method"].startswith("time_to_target")

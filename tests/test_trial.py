@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from tune_batch import objectives
-from tune_batch.policy import Policy
-from tune_batch.records import Params, TrialResult
+from tune_batch.analysis import objectives
+from tune_batch.store.records import Params, TrialResult
+from tune_batch.study.admission import Policy
 from tune_batch.trial import run_trial
 
 

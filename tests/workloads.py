@@ -19,7 +19,8 @@ class _OomAbove(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] > self.limit:
-            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} samples (test limit {self.limit})")
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {x.shape[0]} samples "
+                                         f"(test limit {self.limit})")
         return self.net(x)
 
 
@@ -57,7 +58,8 @@ def tiny_with_dropout(num_classes: int = 10, width: int = 8, dropout: float = 0.
 
 def one_matmul(num_classes: int = 10, in_features: int = 768, hidden: int = 4096) -> nn.Module:
     """A model that is one large matmul (plus a tiny head), for the MFU check."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden, bias=False), nn.Linear(hidden, num_classes, bias=False))
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden, bias=False),
+                         nn.Linear(hidden, num_classes, bias=False))
 
 
 class _SlowData(torch.utils.data.Dataset):

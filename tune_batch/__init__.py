@@ -12,12 +12,13 @@ from tune_batch.errors import ConfigError, TuneBatchError, UserError
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigError", "TuneBatchError", "UserError", "load_config", "load_run", "run_trial", "search",
-           "__version__"]
+__all__ = ["Config", "ConfigError", "TuneBatchError", "UserError", "load_config", "load_run", "probe", "run_trial",
+           "search", "__version__"]
 
 if TYPE_CHECKING:
-    from tune_batch.frames import load_run
-    from tune_batch.runner import search
+    from tune_batch.output.frames import load_run
+    from tune_batch.pipeline.probe import probe
+    from tune_batch.pipeline.search import search
     from tune_batch.trial import run_trial
 
 
@@ -28,11 +29,15 @@ def __getattr__(name: str) -> Any:
 
         return run_trial
     if name == "load_run":
-        from tune_batch.frames import load_run
+        from tune_batch.output.frames import load_run
 
         return load_run
     if name == "search":
-        from tune_batch.runner import search
+        from tune_batch.pipeline.search import search
 
         return search
+    if name == "probe":
+        from tune_batch.pipeline.probe import probe
+
+        return probe
     raise AttributeError(f"module 'tune_batch' has no attribute {name!r}")

@@ -10,6 +10,6 @@
 
 from __future__ import annotations
 
-from tune_batch.backends.optuna import Objective, check_directions, suggest
+from tune_batch.backends.local import Objective, check_directions, suggest
 
 __all__ = ["Objective", "check_directions", "suggest"]

@@ -1,1 +1,2 @@
-"""Search backends: Ray Tune + OptunaSearch (``ray``), or plain Optuna in-process (``optuna``)."""
+"""Search backends: Ray Tune + OptunaSearch (``ray``), or plain Optuna in-process (``local``), with the
+search's ``progress`` lines and its ``signals``."""

@@ -72,7 +72,8 @@ def datasheet_peak(device_name: str, dtype: str) -> Peak | None:
     return None
 
 
-def _best_rate(fn: Callable[[], None], flops: float, sync: Callable[[], None], repeats: int = 3, min_s: float = 0.05) -> float:
+def _best_rate(fn: Callable[[], None], flops: float, sync: Callable[[], None], repeats: int = 3,
+               min_s: float = 0.05) -> float:
     fn()
     sync()
     best = 0.0

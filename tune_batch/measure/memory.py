@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -49,18 +50,51 @@ def quiet_native_stderr() -> Iterator[None]:
             os.close(devnull)
 
 
+class StepPeak:
+    """The memory profiler around one step whose start and end are separate calls (a trainer's
+    callback hooks): ``start()``, the step, then ``stop()`` returns its peak tensor bytes on the CPU.
+    The profiler does not change what the step computes."""
+
+    def __init__(self) -> None:
+        self._quiet: contextlib.ExitStack | None = None
+        self._prof: Any = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._quiet = contextlib.ExitStack()
+        self._quiet.enter_context(quiet_native_stderr())
+        self._prof = self._quiet.enter_context(
+            profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True))
+
+    def stop(self) -> int:
+        import torch
+        from torch.profiler._memory_profiler import MemoryProfileTimeline
+
+        assert self._quiet is not None, "stop() before start()"
+        quiet, self._quiet = self._quiet, None
+        quiet.close()  # leaves the profiler (it has recorded the step), then puts fd 2 back
+        timeline = MemoryProfileTimeline(self._prof._memory_profile())
+        _, sizes = timeline._coalesce_timeline(torch.device("cpu"))
+        return int(max((sum(s) for s in sizes), default=0))
+
+    def cancel(self) -> None:
+        """Leave the profiler without reading it (the step raised)."""
+        if self._quiet is not None:
+            quiet, self._quiet = self._quiet, None
+            quiet.close()
+
+
 def step_peak_bytes(step: Callable[[], None]) -> int:
     """Run ``step`` once under the memory profiler; return its peak tensor bytes on the CPU."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-    from torch.profiler._memory_profiler import MemoryProfileTimeline
-
-    with quiet_native_stderr():
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-            step()
-    timeline = MemoryProfileTimeline(prof._memory_profile())
-    _, sizes = timeline._coalesce_timeline(torch.device("cpu"))
-    return int(max((sum(s) for s in sizes), default=0))
+    peak = StepPeak()
+    peak.start()
+    try:
+        step()
+    except BaseException:
+        peak.cancel()
+        raise
+    return peak.stop()
 
 
 def live_tensor_bytes(device_type: str = "cpu") -> int:

@@ -1,10 +1,13 @@
 """A confirmation run: one config trained at a longer budget, validated at even intervals; its
-validation curve (samples, training seconds, val_acc, loss) is what time to target is read from.
+validation curve (samples, training seconds, the target metric's value: val_acc or what
+``train.evaluate`` returns under ``confirm.metric``, loss) is what time to target is read from.
 
 Training seconds exclude the validations and the memory watch's reads (they exist only to
 measure); everything else a user's run would pay is in them: data loading, the steps, the
 optimizer. Its memory is watched over every step and validation (``trial.watch``): the peak per
-quarter, and the growth of what the run keeps between steps. One worker.
+quarter, and the growth of what the run keeps between steps. One worker (``confirm_run``),
+or every rank of a data-parallel group (``confirm_measure`` with its ``Placement``: the group's
+backend launches it, rank 0 validates and returns the record).
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
-from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
-from tune_batch.trial.evaluate import chance_rate, check_batchnorm, evaluate
+from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
+from tune_batch.trial import collective
+from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm, evaluate
 from tune_batch.trial.gns import NoiseScale, noise_scale
 from tune_batch.trial.loop import Recipe, Stepper, cycle, make_optimizer, precision_flags
 from tune_batch.trial.run import boundary, gns_figures, with_accumulation
@@ -78,27 +82,22 @@ class _Run:
     worst: WorstCase | None
 
 
-def _val_acc(config: Config, model: torch.nn.Module, val: Any, device: torch.device, batch: int) -> float:
-    acc = evaluate(config, model, val, device, batch).get("val_acc")
-    if acc is None:
-        raise ValueError(f"a confirmation run reads val_acc: train.evaluate = {config.train.evaluate!r} returns none")
-    return acc
-
-
-def _curve(config: Config, params: Params, device: torch.device, start: float,
-           extra: dict[str, Any] | None, cap: MemoryCap, accumulation: int = 1) -> _Run:
-    ds, loader, _ = load_data(config, params, Placement(), device, extra)
+def _curve(config: Config, params: Params, device: torch.device, start: float, extra: dict[str, Any] | None,
+           cap: MemoryCap, accumulation: int = 1, placement: Placement = Placement()) -> _Run:
+    ds, loader, sampler = load_data(config, params, placement, device, extra)
     samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
     deadline = start + confirm_timeout_s(config, samples)
     if total < 1:
         raise ValueError(f"a confirmation run of batch_size {params.batch_size} gets no full step: raise "
                          f"confirm.train_samples or confirm.epochs")
-    model, net = build_net(config, device, 1, extra)
+    model, net = build_net(config, device, placement.world, extra)
     opt = make_optimizer(config, net.parameters(), params.lr)
-    batches = Peekable(cycle(loader))
-    stepper = Stepper(net, opt, batches, device, deadline, None, params.batch_size, Recipe.of(config, accumulation))
+    batches = Peekable(cycle(loader, sampler))
+    stepper = Stepper(net, opt, batches, device, deadline, None, params.batch_size // placement.world,
+                      Recipe.of(config, accumulation))
     watch = RunWatch(device, total, cap.bytes)
+    lead = placement.rank == 0  # validates (the other ranks wait for it in their next step's all-reduce)
     curve: list[list[float]] = []
     train_s, done = 0.0, 0
     for at in eval_steps(total, config.confirm.evaluations):
@@ -109,28 +108,46 @@ def _curve(config: Config, params: Params, device: torch.device, start: float,
         stepper.check_loss()  # syncs the device, so the seconds are the steps'
         train_s += watch.train_seconds(time.perf_counter() - t, done - before)
         check_batchnorm(model)
-        acc = _val_acc(config, model, ds.val, device, params.batch_size)
+        acc = _validate(config, model, ds.val, device, params.batch_size // placement.world) if lead else math.nan
         watch.keep(done)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
-    # after the last validation and outside train_s, as in a trial: the curve never sees it
-    gns = noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model), config.budget.gns_batches)
-    worst = probe(config, stepper, model, ds, params.batch_size, cap.bytes)
+    # after the last validation and outside train_s, as in a trial: the curve never sees it (the
+    # bare model, rank 0's own batches: no collective)
+    gns = (noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model), config.budget.gns_batches)
+           if lead else None)
+    worst = probe(config, stepper, model, ds, params.batch_size // placement.world, cap.bytes)
     memory = watch.result(worst.eval_bytes if worst is not None else None)
     return _Run(curve, chance_rate(ds.val), done, ds.description, gns, memory, worst)
 
 
-def _memory_record(run: _Run, cap: MemoryCap) -> tuple[dict[str, Any], dict[str, Any]]:
+def _memory_record(run: _Run, cap: MemoryCap, world: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """(metrics, info) of a run's memory: its peak over every step and validation, the worst case
-    (its reserved peak on CUDA), the peaks per quarter, the memory kept along the run and its growth."""
+    (its reserved peak on CUDA), the peaks per quarter, the memory kept along the run and its
+    growth; a group's peaks are its largest worker's."""
     m, w = run.memory, run.worst
     worst = (max(x for x in (m.peak_bytes, m.reserved_bytes, w.peak_bytes, w.train_step_bytes) if x is not None)
              if w is not None else None)
+    peak, worst = collective.all_reduce([m.peak_bytes or -1.0, worst if worst is not None else -1.0], ["max", "max"],
+                                        world)
     info = {"memory_cap_bytes": cap.bytes, "memory_cap": cap.note, "memory_limit_bytes": cap.limit_bytes,
             "device_memory_bytes": cap.device_total_bytes, "other_gpu_mem_start_bytes": cap.others_bytes,
             "peak_mem_method": m.method, "memory_quarters_bytes": m.quarters_bytes, "memory_kept_bytes": m.kept,
             "memory_growth": m.growth.to_dict(), "peak_mem_worst_method": w.how if w is not None else None,
             "worst_case_s": w.seconds if w is not None else None}
-    return {"peak_mem_bytes": m.peak_bytes, "peak_mem_worst_bytes": worst}, info
+    return {"peak_mem_bytes": peak if peak >= 0 else None, "peak_mem_worst_bytes": worst if worst >= 0 else None}, info
+
+
+def _validate(config: Config, model: torch.nn.Module, val: Any, device: torch.device, batch: int) -> float:
+    """The value of the confirmation's metric (``Config.confirm_metric``) on ``val``: the built-in
+    accuracy, or what ``train.evaluate`` returns under that name (ValueError when it has none)."""
+    if config.train.evaluate is None:
+        return accuracy(model, val, device, batch)
+    name = (config.confirm_metric or ("val_acc", "maximize"))[0]
+    scores = evaluate(config, model, val, device, batch)
+    if name not in scores:
+        raise ValueError(f"train.evaluate returned {sorted(scores)}: no {name!r} to read time to target on "
+                         f"(confirm.metric)")
+    return scores[name]
 
 
 def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
@@ -141,29 +158,52 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
     start = time.perf_counter()
     p = Params.of(params)
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
+    if p.num_gpus > 1:
+        return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 is confirmed on a worker group: use the ray "
+                           "backend", duration_s=0.0, info=base)
+    if config.train.loop != "tune_batch":  # in the user's own trainer, with its own evaluation (trial/trainers/)
+        from tune_batch.trial.trainers.curve import confirm_trainer
+
+        samples = confirm_samples(config, 0)  # confirm.epochs is refused for a trainer loop (preflight)
+        return boundary(p, trial_id, threads, start, base.with_(loop=config.train.loop), lambda: confirm_trainer(
+            config, p, samples, confirm_timeout_s(config, samples), confirm_of=confirm_of, start=start).replace(
+            trial_id=trial_id))
+    return boundary(p, trial_id, threads, start, base, lambda: confirm_measure(
+        config, p, Placement(threads=threads), confirm_of=confirm_of, extra=extra, start=start).replace(
+        trial_id=trial_id))
+
+
+def confirm_measure(config: Config, params: Params, placement: Placement = Placement(), *,
+                    confirm_of: int | str | None = None, extra: dict[str, Any] | None = None,
+                    start: float | None = None) -> TrialResult:
+    """A confirmation run on this worker (every rank of a data-parallel group runs it; rank 0's
+    record is the run's: its curve, its validation). Raises on any fault."""
+    start = time.perf_counter() if start is None else start
+    p = params
+    base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
     device = pick_device()
+    world = placement.world
 
-    def work() -> TrialResult:
-        with precision_flags(config.train.precision, device):
-            def attempt(accumulation: int) -> tuple[_Run, MemoryCap]:
-                cap = apply_memory_cap(config, device)
-                return _curve(config, p, device, start, extra, cap, accumulation), cap
+    with precision_flags(config.train.precision, device):
+        def attempt(accumulation: int) -> tuple[_Run, MemoryCap]:
+            cap = apply_memory_cap(config, device)
+            return _curve(config, p, device, start, extra, cap, accumulation, placement), cap
 
-            (run, cap), accumulation = with_accumulation(config, p.batch_size, 1, device, attempt)
-        samples, train_s, acc, loss = run.curve[-1]
-        sps = samples / train_s if train_s > 0 else None
-        # the noise scale at the end of the longer run (confirm.search_noise_scale pools the short ones only)
-        gns, eff, gns_info = gns_figures(config, p, run.gns, train_s)
-        mem_metrics, mem_info = _memory_record(run, cap)
-        metrics = Metrics(samples_per_s=sps, val_acc=acc, duration_s=time.perf_counter() - start,
-                          grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None,
-                          **mem_metrics)
-        info = base.with_(device=device_name(device, torch.get_num_threads()), data=run.data, curve=run.curve,
-                          chance_acc=run.chance, steps=run.steps, train_samples_done=int(samples), train_s=train_s,
-                          final_loss=loss, world_size=1, per_worker_batch=p.batch_size,
-                          precision=config.train.precision, optimizer=config.optimizer.name,
-                          accumulation_steps=accumulation, micro_batch_size=-(-p.batch_size // accumulation),
-                          **mem_info).with_(**gns_info)
-        return TrialResult(trial_id, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
-
-    return boundary(p, trial_id, threads, start, base, work)
+        (run, cap), accumulation = with_accumulation(config, p.batch_size // world, world, device, attempt)
+    samples, train_s, acc, loss = run.curve[-1]
+    sps = samples / train_s if train_s > 0 else None
+    # the noise scale at the end of the longer run (confirm.search_noise_scale pools the short ones only)
+    gns, eff, gns_info = gns_figures(config, p, run.gns, train_s)
+    mem_metrics, mem_info = _memory_record(run, cap, world)
+    name = (config.confirm_metric or ("val_acc", "maximize"))[0]
+    metrics = Metrics(samples_per_s=sps, val_acc=acc if name == "val_acc" else None,
+                      other={} if name == "val_acc" else {name: acc}, duration_s=time.perf_counter() - start,
+                      grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None,
+                      **mem_metrics)
+    info = base.with_(device=device_name(device, torch.get_num_threads()), data=run.data, curve=run.curve,
+                      chance_acc=run.chance, steps=run.steps, train_samples_done=int(samples), train_s=train_s,
+                      final_loss=loss, world_size=world, per_worker_batch=p.batch_size // world,
+                      precision=config.train.precision, optimizer=config.optimizer.name,
+                      accumulation_steps=accumulation,
+                      micro_batch_size=-(-(p.batch_size // world) // accumulation), **mem_info).with_(**gns_info)
+    return TrialResult(None, p, Status.OK, None, metrics, metrics.duration_s or 0.0, info)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import traceback as tb
 
-from tune_batch.oom import is_oom_error
-from tune_batch.records import Status
+from tune_batch.measure.oom import is_oom_error
+from tune_batch.store.records import Status
 
 
 class TrialTimeout(RuntimeError):

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tune_batch.noise import mean_ci
+from tune_batch.analysis.noise import mean_ci
 from tune_batch.trial.loop import batch_len, split_batch, take
 
 
@@ -115,8 +115,3 @@ def efficiency(b_noise: float | None, batch: int, base: int) -> float | None:
     if b_noise is None:
         return None
     return (b_noise + base) / (b_noise + batch)
-
-
-def samples_factor(b_noise: float, batch: int) -> float:
-    """Samples to a given loss relative to the fewest possible (McCandlish et al.): 1 + B / B_noise."""
-    return 1.0 + batch / b_noise

@@ -18,9 +18,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from tune_batch.config import Config
-from tune_batch.config_train import OPTIMIZERS
+from tune_batch.config.train import OPTIMIZERS
 from tune_batch.measure.cpu import PeakRss
-from tune_batch.oom import MemoryCapExceeded
+from tune_batch.measure.oom import MemoryCapExceeded
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout
 from tune_batch.workload import build_model
 from tune_batch.workload.batches import loader

@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 import torch
 
+from tune_batch.analysis.noise import rate_ci
 from tune_batch.config import Config
 from tune_batch.measure.cpu import PeakRss
-from tune_batch.noise import rate_ci
-from tune_batch.oom import is_oom_error
-from tune_batch.records import Metrics, Params, Status, TrialInfo, TrialResult
+from tune_batch.measure.oom import is_oom_error
+from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective, derive
 from tune_batch.trial.evaluate import chance_rate, check_batchnorm, evaluate
 from tune_batch.trial.faults import classify
@@ -115,7 +115,8 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
                     next(iter(batches.loader(ds.train, 2))) if config.train.step else None, worst)
 
 
-def _combine(t: _Trained, util: float | None, world: int) -> tuple[float, float, float, float | None, int, float | None]:
+def _combine(t: _Trained, util: float | None,
+             world: int) -> tuple[float, float, float, float | None, int, float | None]:
     """The group's figures: the slowest rank's window, the largest peak (and worst case), the mean
     wait and utilization, the sum of short batches (a worker alone: its own)."""
     w = t.window
@@ -177,7 +178,8 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
     gns, eff, gns_info = gns_figures(config, params, t.gns, step_s * plan.total)
-    metrics = Metrics(grad_noise_scale=gns, goodput=sps * eff if eff is not None else None, samples_per_s=sps, samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
+    metrics = Metrics(grad_noise_scale=gns, goodput=sps * eff if eff is not None else None, samples_per_s=sps,
+                      samples_per_s_ci=rate_ci(t.window.blocks, sps), device_util=util, val_acc=t.val_acc, mfu=mfu.mfu,
                       model_flops_per_s=mfu.model_flops_per_s, peak_mem_bytes=peak, peak_mem_worst_bytes=worst,
                       data_wait_frac=wait_frac,
                       timed_s=window_s, step_time_s=step_s,
@@ -185,7 +187,8 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
                       duration_s=time.perf_counter() - start, other=dict(t.scores))
     info = TrialInfo(
         host=socket.gethostname(), pid=os.getpid(), device=device_name(device, threads), data=t.data,
-        seed=config.search.seed, chance_acc=t.chance_acc, others_cpu_frac=t.window.cpu.others_cpu_frac, steal_frac=t.window.cpu.steal_frac,
+        seed=config.search.seed, chance_acc=t.chance_acc, others_cpu_frac=t.window.cpu.others_cpu_frac,
+        steal_frac=t.window.cpu.steal_frac,
         disturbed=t.window.cpu.disturbed or bool(telemetry.get("other_gpu_processes")),
         world_size=world, per_worker_batch=params.batch_size // world,
         nodes=sorted(set(collective.all_gather(socket.gethostname(), world))),
@@ -218,7 +221,8 @@ def memory_info(t: _Trained, cap: MemoryCap) -> dict[str, Any]:
 
 
 def _sample_shape(sample: Any) -> tuple[int, ...]:
-    first = sample[0] if isinstance(sample, list | tuple) else next(iter(sample.values())) if isinstance(sample, dict) else sample
+    first = (sample[0] if isinstance(sample, list | tuple)
+             else next(iter(sample.values())) if isinstance(sample, dict) else sample)
     return tuple(first.shape) if isinstance(first, torch.Tensor) else ()
 
 
@@ -258,13 +262,15 @@ def boundary(p: Params, trial_id: int | str | None, threads: int | None, start: 
              work: Callable[[], TrialResult]) -> TrialResult:
     """The one-worker trial boundary: ``work()`` with ``threads`` torch threads (put back
     after); any fault becomes a record (out of memory ``oom``, non-finite ``diverged``, else
-    ``failed`` with its reason and traceback); the device's memory is released afterwards."""
+    ``failed`` with its reason and traceback); the device's memory is released afterwards, and
+    the caller's torch random state is as it was (the trial seeds its own: ``torch.manual_seed``)."""
     prev_threads = torch.get_num_threads()
     device = pick_device()
     try:
         if threads:
             torch.set_num_threads(threads)
-        return work()
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            return work()
     except Exception as e:  # the trial boundary: every fault becomes a record
         status, reason, trace = classify(e)
         info = base.with_(device=device_name(device, torch.get_num_threads()))
@@ -286,6 +292,8 @@ def measure(config: Config, params: Params, placement: Placement = Placement(), 
     ``train.accumulation: auto``, a batch that runs out of memory is trained again from the start
     in twice as many micro-batches."""
     start = time.perf_counter() if start is None else start
+    if config.train.loop != "tune_batch":  # a worker group of the user's trainer: not in this version
+        raise ValueError(f"train.loop = {config.train.loop} runs one device per trial; space.num_gpus allowed: [1]")
     deadline = start + config.budget.trial_timeout_s
     device = pick_device()
     trace_dir = trace_dir_of(run_dir, trial_id)
@@ -319,6 +327,11 @@ def run_trial(config: Config, params: Params | dict[str, Any], *, trial_id: int 
     if p.num_gpus > 1:
         return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 runs on a worker group: use the ray backend",
                            duration_s=0.0, info=base)
+    if config.train.loop != "tune_batch":  # the user's own trainer, measured by a callback (trial/trainers/)
+        from tune_batch.trial.trainers import measure_trainer
+
+        return boundary(p, trial_id, threads, start, base.with_(loop=config.train.loop), lambda: measure_trainer(
+            config, p, start=start, validate=validate).replace(trial_id=trial_id))
     return boundary(p, trial_id, threads, start, base, lambda: measure(
         config, p, Placement(threads=threads, node_id=node_id), extra=extra, run_dir=run_dir, trial_id=trial_id,
         validate=validate, start=start))

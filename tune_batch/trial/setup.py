@@ -12,8 +12,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from tune_batch.config import Config
-from tune_batch.oom import cap_bytes
-from tune_batch.records import Params
+from tune_batch.measure.oom import cap_bytes
+from tune_batch.store.records import Params
 from tune_batch.workload import Datasets, build_datasets, build_model
 from tune_batch.workload.batches import collate_of
 

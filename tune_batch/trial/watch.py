@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from tune_batch.measure.growth import Growth, growth
+from tune_batch.analysis.growth import Growth, growth
 from tune_batch.measure.memory import live_tensor_bytes, step_peak_bytes
-from tune_batch.oom import MemoryCapExceeded
+from tune_batch.measure.oom import MemoryCapExceeded
 from tune_batch.trial.loop import Stepper
 from tune_batch.workload.batches import numel
 

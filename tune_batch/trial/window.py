@@ -17,7 +17,7 @@ from tune_batch.config import Config
 from tune_batch.errors import DeviceMonitorError
 from tune_batch.measure.cpu import CpuUtilWindow, CpuWindow
 from tune_batch.measure.memory import quiet_native_stderr, step_peak_bytes
-from tune_batch.oom import MemoryCapExceeded
+from tune_batch.measure.oom import MemoryCapExceeded
 from tune_batch.trial.collective import all_reduce, barrier, group_max
 from tune_batch.trial.loop import Stepper, sync
 
@@ -48,7 +48,7 @@ class Window:
     wait_s: float
     cuda_peak_bytes: int | None  # the allocator's peak over the budget's own steps
     cpu: CpuWindow
-    gpu: Any  # measure.nvml.GpuWindow, or None
+    gpu: Any  # measure.gpu_window.GpuWindow, or None
     gpu_note: str | None
     blocks: tuple[tuple[int, float], ...] = ()  # (steps, seconds) of each timed block: the scatter
     cuda_reserved_bytes: int | None = None  # the allocator's reserved peak over the budget's own steps

@@ -21,7 +21,7 @@ from torch import nn
 
 from tune_batch.config import Config
 from tune_batch.measure.memory import step_peak_bytes
-from tune_batch.oom import MemoryCapExceeded
+from tune_batch.measure.oom import MemoryCapExceeded
 from tune_batch.trial.evaluate import evaluate
 from tune_batch.trial.faults import NonFiniteError
 from tune_batch.trial.loop import Stepper, sync

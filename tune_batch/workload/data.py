@@ -162,13 +162,15 @@ def imagefolder(cfg: DataConfig, seed: int) -> Datasets:
     return Datasets(train, val, classes, f"imagefolder {root} ({len(train)} train / {len(val)} val)")  # type: ignore[arg-type]
 
 
-def build_datasets(cfg: DataConfig, *, num_classes: int, seed: int = 0, extra: dict[str, Any] | None = None) -> Datasets:
+def build_datasets(cfg: DataConfig, *, num_classes: int, seed: int = 0,
+                   extra: dict[str, Any] | None = None) -> Datasets:
     """Build the train / val data sets of ``cfg``. Raises WorkloadError on user mistakes."""
     if ":" in cfg.name:
         fn = resolve_callable(cfg.name, "data.name")
         out = call_builder(fn, "data.name", cfg.name, **cfg.kwargs, **(extra or {}))
         if not (isinstance(out, tuple) and len(out) == 2):
-            raise WorkloadError(f"data.name = {cfg.name!r} must return (train_dataset, val_dataset), got {type(out).__name__}")
+            raise WorkloadError(f"data.name = {cfg.name!r} must return (train_dataset, val_dataset), "
+                                f"got {type(out).__name__}")
         ds = Datasets(out[0], out[1], num_classes, f"{cfg.name} ({len(out[0])} train / {len(out[1])} val)")
     elif cfg.name == "digits":
         ds = digits(cfg, seed)

@@ -1,4 +1,5 @@
-"""Import a user's ``pkg.module:function`` (``pkgutil.resolve_name``).
+"""Import a user's ``pkg.module:function`` (``pkgutil.resolve_name``), or find a Python callable
+registered by the config (``config.callables``).
 
 Note: such an entry runs the user's own code, in every trial process.
 """
@@ -10,32 +11,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tune_batch.config.callables import CALLABLE_PREFIX, lookup
 from tune_batch.errors import WorkloadError
-
-#: Python callables given to the config directly (notebooks): name -> function. The config
-#: holds ``callable:<module>.<qualname>``; Ray trials get a copy (``installed``).
-CALLABLE_PREFIX = "callable:"
-_CALLABLES: dict[str, Callable[..., Any]] = {}
-
-
-def register(fn: Callable[..., Any]) -> str:
-    """Keep ``fn`` for this process (and the Ray trials it starts); returns the config string
-    that names it."""
-    if not callable(fn):
-        raise WorkloadError(f"{fn!r} is not callable")
-    spec = f"{CALLABLE_PREFIX}{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
-    _CALLABLES[spec] = fn
-    return spec
-
-
-def registered() -> dict[str, Callable[..., Any]]:
-    """The callables registered in this process (what a Ray trial must install)."""
-    return dict(_CALLABLES)
-
-
-def install(callables: dict[str, Callable[..., Any]] | None) -> None:
-    """Register callables shipped from the driver (in a Ray trial's process)."""
-    _CALLABLES.update(callables or {})
 
 
 def resolve_callable(spec: str, field: str) -> Callable[..., Any]:
@@ -45,7 +22,7 @@ def resolve_callable(spec: str, field: str) -> Callable[..., Any]:
     missing or it is not callable.
     """
     if spec.startswith(CALLABLE_PREFIX):
-        fn = _CALLABLES.get(spec)
+        fn = lookup(spec)
         if fn is None:
             raise WorkloadError(f"{field} = {spec!r}: a Python callable given in another process; pass the function "
                                 f"again (load_config(..., {field.split('.')[-1] if field != 'model.name' else 'model'}="
@@ -62,7 +39,8 @@ def resolve_callable(spec: str, field: str) -> Callable[..., Any]:
                                 f"({type(e).__name__}: {e})") from e
         raise WorkloadError(f"{field} = {spec!r}: {module_name!r} has no attribute {attr!r}") from e
     except Exception as e:  # any import-time failure of user code is the user's to fix
-        raise WorkloadError(f"{field} = {spec!r}: module {module_name!r} does not import ({type(e).__name__}: {e})") from e
+        raise WorkloadError(f"{field} = {spec!r}: module {module_name!r} does not import "
+                            f"({type(e).__name__}: {e})") from e
     if not callable(obj):
         raise WorkloadError(f"{field} = {spec!r}: {attr!r} is a {type(obj).__name__}, not a callable")
     return obj

@@ -10,11 +10,11 @@ from typing import Any
 
 from ray import tune
 
+from tune_batch.backends.progress import Progress
 from tune_batch.backends.ray.trainable import CONTROL_KEYS
 from tune_batch.errors import RecordNotWritten, TuneBatchError
-from tune_batch.progress import Progress
-from tune_batch.records import Params, Status, TrialInfo, TrialResult
-from tune_batch.results import RunDir
+from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.store.rundir import RunDir
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, first_line
 
 #: Exceptions whose message is already the one-line reason of a trial record.

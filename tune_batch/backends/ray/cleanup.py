@@ -36,7 +36,8 @@ def release_orphaned_groups() -> list[str]:
         pg = gcs_pb2.PlacementGroupTableData.FromString(raw)
         made_by_an_actor = bool(pg.creator_actor_id) and not ray.ActorID(pg.creator_actor_id).is_nil()
         orphaned = (made_by_an_actor and pg.creator_actor_dead and not pg.is_detached
-                    and pg.state != gcs_pb2.PlacementGroupTableData.REMOVED and ray.JobID(pg.creator_job_id).hex() == job)
+                    and pg.state != gcs_pb2.PlacementGroupTableData.REMOVED
+                    and ray.JobID(pg.creator_job_id).hex() == job)
         if not orphaned:
             continue
         pg_id = ray.PlacementGroupID(pg.placement_group_id)

@@ -22,10 +22,10 @@ from ray.train.torch import TorchTrainer
 
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog, seconds_from_env
 from tune_batch.config import Config, config_from_dict
-from tune_batch.oom import is_oom_error
-from tune_batch.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.config.callables import install, registered
+from tune_batch.measure.oom import is_oom_error
+from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
-from tune_batch.workload.resolve import install, registered
 
 LAUNCHER = "ray.train.torch.TorchTrainer"
 KV_NAMESPACE = "tune_batch"  # Ray's key-value store (GCS): every node and Ray Client see it
@@ -79,9 +79,15 @@ def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
                           node_id=str(ray.get_runtime_context().get_node_id()))
     torch.set_num_threads(loop_config["threads"])
     install(loop_config.get("callables"))  # Python callables the driver's config names
-    res = measure(config_from_dict(loop_config["config"]), Params.of(loop_config["params"]), placement,
-                  extra=loop_config.get("extra"), run_dir=loop_config["run_dir"], trial_id=loop_config["trial_id"],
-                  validate=loop_config["validate"])
+    config, params = config_from_dict(loop_config["config"]), Params.of(loop_config["params"])
+    if loop_config.get("confirm_of") is not None:  # a confirmation run of the group's config
+        from tune_batch.trial.curve import confirm_measure
+
+        res = confirm_measure(config, params, placement, confirm_of=loop_config["confirm_of"],
+                              extra=loop_config.get("extra")).replace(trial_id=loop_config["trial_id"])
+    else:
+        res = measure(config, params, placement, extra=loop_config.get("extra"), run_dir=loop_config["run_dir"],
+                      trial_id=loop_config["trial_id"], validate=loop_config["validate"])
     return res.to_record() if placement.rank == 0 else None
 
 
@@ -137,10 +143,12 @@ class GroupOutcome:
 
 def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir: str | Path, cpus_per_worker: float,
                       threads_per_worker: int, use_gpu: bool, validate: bool = True,
-                      extra: dict[str, Any] | None = None) -> GroupOutcome:
-    """One ``num_gpus`` > 1 trial on a Ray Train worker group; never raises for trial faults.
-    A group whose workers are not all running after the start-up slack, or still running
-    ``budget.trial_timeout_s`` + the hang grace after they all started, ends as failed."""
+                      extra: dict[str, Any] | None = None, confirm_of: Any = None) -> GroupOutcome:
+    """One ``num_gpus`` > 1 trial (or, with ``confirm_of``, a confirmation run at length) on a Ray
+    Train worker group; never raises for trial faults. A group whose workers are not all running
+    after the start-up slack, or still running its time limit (``budget.trial_timeout_s``; a
+    confirmation run's scaled to its length) + the hang grace after they all started, ends as
+    failed."""
     start = time.perf_counter()
     n = params.num_gpus
     token = uuid.uuid4().hex
@@ -149,7 +157,8 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
         train_loop_config={"config": config.to_dict(), "params": params.to_dict(), "trial_id": trial_id,
                            "start_token": token,
                            "callables": registered(),
-                           "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate, "extra": extra},
+                           "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate,
+                           "extra": extra, "confirm_of": confirm_of},
         scaling_config=ray.train.ScalingConfig(num_workers=n, use_gpu=use_gpu, resources_per_worker={
             "CPU": cpus_per_worker, **({"GPU": 1.0} if use_gpu else {})}),
         run_config=ray.train.RunConfig(name=f"trial-{trial_id}-{uuid.uuid4().hex[:8]}",
@@ -157,7 +166,12 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
                                        failure_config=ray.train.FailureConfig(max_failures=0)),
     )
     slack, grace = group_start_slack_s(), hang_grace_s()
-    run_s = config.budget.trial_timeout_s + grace
+    if confirm_of is not None:
+        from tune_batch.trial.curve import confirm_timeout_s
+
+        run_s = confirm_timeout_s(config) + grace
+    else:
+        run_s = config.budget.trial_timeout_s + grace
     started = GroupStart(n, token)
 
     def allowance(elapsed: float) -> float:
@@ -169,14 +183,16 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
     finally:
         started.clear()
     took = time.perf_counter() - start
-    info = TrialInfo(world_size=n, launcher=LAUNCHER, group_start_s=started.at)
+    info = TrialInfo(world_size=n, launcher=LAUNCHER, group_start_s=started.at, confirm_of=confirm_of,
+                     seed=config.search.seed if confirm_of is not None else None)
     if outcome.hung:
         if started.at is None:
             reason = (f"timeout: {started.seen} of the {n}-worker group's workers had started after {slack:g} s "
                       f"(TUNE_BATCH_GROUP_START_SLACK_S changes it); its workers were stopped")
         else:
             reason = (f"timeout: the {n}-worker group was still running {run_s:g} s after its workers started "
-                      f"(budget.trial_timeout_s + {grace:g} s grace); "
+                      f"({'the confirmation run' if confirm_of is not None else 'budget.trial_timeout_s'}'s limit + "
+                      f"{grace:g} s grace); "
                       f"its workers were stopped")
         return GroupOutcome(TrialResult(trial_id, params, Status.FAILED, reason, duration_s=took, info=info), True)
     if outcome.error is not None:

@@ -28,7 +28,8 @@ class ResourcePlan:
             return max(TRIAL_CPU_FOR_GROUP, self.cpus_one_worker - TRIAL_CPU_FOR_GROUP)
         if n <= self.cpus_one_worker:  # the group fits on one node
             return round((self.cpus_one_worker - TRIAL_CPU_FOR_GROUP) / n, 4)
-        return round(max(TRIAL_CPU_FOR_GROUP, min(self.cpus_one_worker, self.cluster_cpus / n) - TRIAL_CPU_FOR_GROUP), 4)
+        share = min(self.cpus_one_worker, self.cluster_cpus / n)
+        return round(max(TRIAL_CPU_FOR_GROUP, share - TRIAL_CPU_FOR_GROUP), 4)
 
     def request(self, n: int) -> dict[str, float]:
         """The Tune trial's own bundle; a group's workers are placed by Ray Train."""

@@ -9,6 +9,8 @@ from typing import Any
 
 from ray import tune
 
+from tune_batch.analysis.objectives import is_maximize, utilization_warning
+from tune_batch.backends.progress import Progress
 from tune_batch.backends.ray.callbacks import Halt, Records
 from tune_batch.backends.ray.cleanup import GroupSweeper
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
@@ -16,15 +18,13 @@ from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
 from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray_session
 from tune_batch.backends.ray.trainable import ray_trainable, repeat_trainable
 from tune_batch.config import Config
-from tune_batch.confirm import ConfirmJob
-from tune_batch.objectives import is_maximize, utilization_warning
-from tune_batch.policy import Policy
-from tune_batch.progress import Progress
-from tune_batch.repeats import RepeatJob
-from tune_batch.results import RunDir
-from tune_batch.samplers import make_sampler, probe_rule
-from tune_batch.space import define_by_run, seed_points
-from tune_batch.workload.resolve import registered
+from tune_batch.config.callables import registered
+from tune_batch.decide.confirm import ConfirmJob
+from tune_batch.decide.repeats import RepeatJob
+from tune_batch.store.rundir import RunDir
+from tune_batch.study.admission import Policy
+from tune_batch.study.samplers import make_sampler, probe_rule
+from tune_batch.study.space import define_by_run, seed_points
 
 EXPERIMENT = "tune"
 
@@ -36,7 +36,8 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
                        for n in plan.gpu_choices if n > 1)
     progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
-                 f"{plan.request(1)}; up to {plan.concurrent} at a time" + (f"; worker groups: {groups}" if groups else ""))
+                 f"{plan.request(1)}; up to {plan.concurrent} at a time"
+                 + (f"; worker groups: {groups}" if groups else ""))
 
 
 def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], tune_config: tune.TuneConfig,
@@ -64,7 +65,8 @@ def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any
         storage=storage, study_name=study_name, config=config, policy=policy, on_skip=records.free_skip,
     )
     trainable = tune.with_resources(
-        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()), plan=plan,
+        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()),
+                             plan=plan,
                              callables=registered()),
         plan.for_trial,
     )

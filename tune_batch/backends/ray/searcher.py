@@ -8,10 +8,10 @@ from typing import Any
 
 from ray.tune.search.optuna import OptunaSearch
 
-from tune_batch import study as seam
 from tune_batch.config import Config
-from tune_batch.policy import Policy
-from tune_batch.records import Params, TrialResult
+from tune_batch.store.records import Params, TrialResult
+from tune_batch.study import seam
+from tune_batch.study.admission import Policy
 
 
 class ConstrainedOptunaSearch(OptunaSearch):

@@ -17,8 +17,8 @@ from typing import Any
 import ray
 
 from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
+from tune_batch.backends.signals import sigterm_as_sigint
 from tune_batch.errors import UserError
-from tune_batch.signals import sigterm_as_sigint
 
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
 

@@ -9,15 +9,15 @@ from typing import Any
 import ray
 from ray import tune
 
-from tune_batch import objectives
+from tune_batch.analysis import objectives
 from tune_batch.backends.ray.resources import ResourcePlan
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog
 from tune_batch.config import Config, config_from_dict
-from tune_batch.policy import skipped
-from tune_batch.records import Params, Status, TrialInfo, TrialResult
-from tune_batch.repeats import seeded
+from tune_batch.config.callables import install
+from tune_batch.decide.repeats import seeded
+from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
+from tune_batch.study.admission import skipped
 from tune_batch.trial.faults import TrialTimeout
-from tune_batch.workload.resolve import install
 
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
@@ -88,7 +88,8 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
 
         group = run_data_parallel(config, params, trial_id=trial_id, run_dir=run_dir,
                                   cpus_per_worker=plan.worker_cpus(params.num_gpus),
-                                  threads_per_worker=plan.threads_per_worker[params.num_gpus], use_gpu=plan.gpus > 0)
+                                  threads_per_worker=plan.threads_per_worker[params.num_gpus], use_gpu=plan.gpus > 0,
+                                  confirm_of=spec.get("confirm_of"))
         result, hung = group.result, group.group_alive
     else:
         result, hung = _one_worker(config, params, trial_id, run_dir, spec.get("confirm_of"))

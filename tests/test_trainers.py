@@ -1,0 +1,341 @@
+"""``train.loop``: trials in the user's Lightning, Transformers and Keras trainers, measured by a
+callback, and the recommendation exported back into each trainer's terms."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import REPO
+from tune_batch.config import config_from_dict, load_config
+from tune_batch.errors import ConfigError, WorkloadError
+from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
+
+B = "tests.trainer_builders:"
+
+
+def need(package: str) -> None:
+    """Skip unless ``package`` is installed (found, not imported: Keras must first be imported
+    by the keras loop, on the torch backend)."""
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"{package} is not installed (pip install 'tune-batch[dev]')")
+
+
+def trainer_config(loop: str, builder: str, kwargs: dict[str, Any] | None = None, **sections: Any) -> Any:
+    """A trainer-loop config that trains in seconds on this CPU."""
+    raw: dict[str, Any] = {
+        "name": "t",
+        "train": {"loop": loop, "builder": B + builder, "builder_kwargs": kwargs or {}},
+        "space": {"batch_size": [16, 32, 64], "lr": {"low": 0.01, "high": 0.1}},
+        "objectives": [{"metric": "samples_per_s"}, {"metric": "val_acc"}],
+        "budget": {"trials": 2, "train_samples": 256, "warmup_steps": 2, "trial_timeout_s": 120,
+                   "min_window_s": 0},
+        "repeats": {"seeds": 0}, "confirm": {"candidates": 0},
+    }
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return config_from_dict(raw)
+
+
+def run(config: Any, batch_size: int = 32, lr: float = 0.05) -> TrialResult:
+    from tune_batch.trial import run_trial
+
+    return run_trial(config, {"batch_size": batch_size, "lr": lr})
+
+
+def assert_measured(r: TrialResult, loop: str, metric: str) -> None:
+    assert r.status is Status.OK, (r.reason, r.traceback)
+    assert r.info.loop == loop
+    m = r.metrics
+    assert m.samples_per_s is not None and m.samples_per_s > 0
+    assert m.peak_mem_bytes is not None and m.peak_mem_bytes > 0
+    assert m.device_util is not None and 0 <= m.device_util <= 1
+    assert m.value(metric) is not None and math.isfinite(m.value(metric))
+    assert r.info.timed_steps == r.info.steps - r.info.warmup_steps
+    assert m.timed_s is not None and m.timed_s > 0 and m.samples_per_s_ci is not None
+    assert r.info.peak_mem_method and r.info.final_loss is not None and math.isfinite(r.info.final_loss)
+
+
+# ---------------------------------------------------------------- the config
+
+
+def test_loop_defaults_to_tune_batch_and_unknown_loops_are_refused() -> None:
+    assert config_from_dict({}).train.loop == "tune_batch"
+    with pytest.raises(ConfigError, match=r"train.loop = 'flax'.*'tune_batch', 'lightning', 'transformers' or 'keras'"):
+        config_from_dict({"train": {"loop": "flax"}})
+
+
+@pytest.mark.parametrize("train, match", [
+    ({"loop": "lightning"}, r"train: loop = 'lightning' needs train.builder"),
+    ({"builder": "a.b:c"}, r"builder = 'a.b:c' needs a trainer loop"),
+    ({"loop": "keras", "builder": "a.b"}, r"train.builder = 'a.b': allowed: 'pkg.module:function'"),
+    ({"loop": "transformers", "builder": "a.b:c", "precision": "bf16"}, r"precision = 'bf16' is tune_batch's own"),
+    ({"loop": "lightning", "builder": "a.b:c", "accumulation": 2}, r"accumulation = 2 is tune_batch's own"),
+])
+def test_trainer_loop_settings_are_checked_at_load(train: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict({"train": train})
+
+
+def test_a_trainer_loop_may_aim_at_what_its_evaluation_logs() -> None:
+    cfg = trainer_config("transformers", "hf_tiny", objectives=[{"metric": "eval_loss", "direction": "minimize"}])
+    assert cfg.metric_names == ["eval_loss"]
+    with pytest.raises(ConfigError, match="train.evaluate"):  # tune_batch's own loop measures val_acc only
+        config_from_dict({"objectives": [{"metric": "eval_loss", "direction": "minimize"}]})
+
+
+def test_the_shipped_trainer_configs_load() -> None:
+    for name, loop in [("lightning_cnn", "lightning"), ("hf_tiny_gpt2", "transformers"), ("keras_dense", "keras")]:
+        assert load_config(REPO / "configs" / f"{name}.yaml").train.loop == loop
+
+
+def test_preflight_refuses_what_a_trainer_loop_cannot_do_yet() -> None:
+    need("lightning")
+    from tune_batch.pipeline.search import preflight
+
+    with pytest.raises(ConfigError, match=r"space.num_gpus = \[1, 2\]: train.loop = lightning runs one device"):
+        preflight(trainer_config("lightning", "lightning_cnn", space={"num_gpus": [1, 2]}))
+    with pytest.raises(ConfigError,
+                       match=r"confirm.epochs = 2.0: with train.loop = lightning give confirm.train_samples"):
+        preflight(trainer_config("lightning", "lightning_cnn", confirm={"candidates": 2, "epochs": 2.0}))
+
+
+@pytest.mark.parametrize("builder, match", [
+    ("not_a_dict", r"train.builder = 'tests.trainer_builders:not_a_dict' returned list; with train.loop = lightning "
+                   r"allowed: a dict with keys module, train"),
+    ("lightning_without_train", r"returned no 'train'; with train.loop = lightning allowed"),
+    ("lightning_with_plain_module", r"returned module = Sequential; .* allowed: a lightning.pytorch.LightningModule"),
+])
+def test_a_builder_returning_the_wrong_thing_is_one_line(builder: str, match: str) -> None:
+    need("lightning")
+    from tune_batch.pipeline.search import preflight
+
+    with pytest.raises(WorkloadError, match=match) as info:
+        preflight(trainer_config("lightning", builder))
+    assert "\n" not in str(info.value)
+
+
+def test_scale_lr_keeps_group_and_scheduler_ratios() -> None:
+    from tune_batch.trial.trainers.common import scale_lr
+
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD([{"params": a.parameters(), "lr": 0.1}, {"params": b.parameters(), "lr": 0.01}])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 0.5)
+    assert scale_lr([opt], [sched], 0.4) == pytest.approx(4.0)
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.2, 0.02])  # the scheduler's 0.5 kept
+    assert sched.base_lrs == pytest.approx([0.4, 0.04])
+    opt.step()
+    sched.step()
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.2, 0.02])
+
+
+def test_importing_the_trainer_package_loads_no_trainer() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, tune_batch.trial.trainers, tune_batch.trial.trainers.common, tune_batch.export; "
+            "print(sorted(m for m in ('lightning', 'transformers', 'keras') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- Lightning
+
+
+@pytest.mark.slow
+def test_lightning_trial_measures_the_users_trainer() -> None:
+    need("lightning")
+    r = run(trainer_config("lightning", "lightning_cnn", {"base_lr": 0.01}), batch_size=32, lr=0.05)
+    assert_measured(r, "lightning", "val_acc")
+    assert 0 <= r.metrics.val_acc <= 1 and r.info.chance_acc is not None
+    assert r.info.train_samples_done == 256 and r.info.per_worker_batch == 32
+    assert r.info.other["lr_factor"] == pytest.approx(5.0)  # the module's 0.01 made the searched 0.05
+
+
+@pytest.mark.slow
+def test_lightning_lr_reaches_the_optimizer_and_its_scheduler() -> None:
+    need("lightning")
+    from tests import trainer_builders
+
+    trainer_builders.SEEN_LRS.clear()
+    r = run(trainer_config("lightning", "lightning_cnn", {"base_lr": 0.02, "scheduler": True}), batch_size=32, lr=0.08)
+    assert r.status is Status.OK, r.reason
+    assert len(trainer_builders.SEEN_LRS) == 8
+    assert all(lr == pytest.approx(0.08) for lr in trainer_builders.SEEN_LRS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop, builder, kwargs", [
+    ("lightning", "lightning_cnn", {}),
+    ("transformers", "hf_tiny", {"gpt2": True}),
+])
+def test_a_batch_over_the_memory_cap_ends_oom_inside_the_trainer(loop: str, builder: str,
+                                                                 kwargs: dict[str, Any]) -> None:
+    need(loop)
+    cfg = trainer_config(loop, builder, kwargs, resources={"device_memory": "1MiB"},
+                         objectives=[{"metric": "samples_per_s"}])
+    r = run(cfg, batch_size=64)
+    assert r.status is Status.OOM, (r.status, r.reason, r.traceback)
+    assert "exceeds the cap of 1.0 MiB" in (r.reason or "") and r.info.loop == loop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop, builder", [("lightning", "lightning_cnn"), ("transformers", "hf_tiny")])
+def test_the_allocators_out_of_memory_inside_the_trainer_is_oom(loop: str, builder: str) -> None:
+    need(loop)
+    cfg = trainer_config(loop, builder, {"limit": 32}, objectives=[{"metric": "samples_per_s"}])
+    r = run(cfg, batch_size=64)
+    assert r.status is Status.OOM and "OutOfMemoryError" in (r.reason or ""), (r.reason, r.traceback)
+    assert run(cfg, batch_size=16).status is Status.OK
+
+
+# ---------------------------------------------------------------- Transformers
+
+
+@pytest.mark.slow
+def test_transformers_trial_measures_the_users_trainer_with_its_eval_loss() -> None:
+    need("transformers")
+    cfg = trainer_config("transformers", "hf_tiny", {"gpt2": True},
+                         objectives=[{"metric": "samples_per_s"}, {"metric": "eval_loss", "direction": "minimize"}])
+    r = run(cfg, batch_size=32, lr=1e-3)
+    assert_measured(r, "transformers", "eval_loss")
+    assert "eval_runtime" not in r.metrics.other
+    assert r.info.train_samples_done == 256
+
+
+@pytest.mark.slow
+def test_transformers_accumulation_keeps_the_searched_batch_global() -> None:
+    need("transformers")
+    cfg = trainer_config("transformers", "hf_tiny", {"accumulation": 2},
+                         objectives=[{"metric": "samples_per_s"}, {"metric": "eval_loss", "direction": "minimize"}])
+    r = run(cfg, batch_size=32, lr=1e-3)
+    assert r.status is Status.OK, r.reason
+    assert (r.info.accumulation_steps, r.info.micro_batch_size, r.info.steps) == (2, 16, 8)
+    assert r.info.train_samples_done == 256
+
+
+@pytest.mark.slow
+def test_an_objective_the_trainer_does_not_log_fails_the_trial_with_what_it_logged() -> None:
+    need("transformers")
+    cfg = trainer_config("transformers", "hf_tiny", objectives=[{"metric": "eval_accuracy"}])
+    r = run(cfg)
+    assert r.status is Status.FAILED
+    assert "objective 'eval_accuracy' is not among what the trainer's evaluation logged (eval_loss)" in r.reason
+
+
+# ---------------------------------------------------------------- Keras
+
+
+@pytest.mark.slow
+def test_keras_trial_measures_fit() -> None:
+    need("keras")
+    r = run(trainer_config("keras", "keras_dense"), batch_size=64, lr=0.05)
+    assert_measured(r, "keras", "val_acc")
+    assert "val_loss" in r.metrics.other
+    # fit keeps the short last batch of each epoch: the samples are counted as they ran
+    assert r.info.steps == 4 and r.info.train_samples_done <= 256
+
+
+# ---------------------------------------------------------------- confirmation at length
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop, builder, metric", [
+    ("lightning", "lightning_cnn", "val_acc"), ("transformers", "hf_tiny", "eval_loss"),
+    ("keras", "keras_dense", "val_acc"),
+])
+def test_confirmation_runs_in_the_trainer_with_its_own_evaluation(loop: str, builder: str, metric: str) -> None:
+    need(loop)
+    from tune_batch.trial.curve import confirm_run
+
+    objectives = [{"metric": "samples_per_s"}, {"metric": metric, "direction": "minimize" if "loss" in metric else
+                                                "maximize"}]
+    cfg = trainer_config(loop, builder, objectives=objectives,
+                         confirm={"candidates": 1, "train_samples": 640, "evaluations": 4, "seeds": 1})
+    assert cfg.confirm_metric[0] == metric
+    r = confirm_run(cfg, {"batch_size": 32, "lr": 0.01}, trial_id="0c0", confirm_of=0)
+    assert r.status is Status.OK, (r.reason, r.traceback)
+    assert (r.info.loop, r.info.confirm_of, r.kind) == (loop, 0, "confirm")
+    curve = r.info.curve
+    assert [p[0] for p in curve] == [160.0, 320.0, 480.0, 640.0]  # every 5 of the 20 steps, the last at the end
+    assert all(b[1] > a[1] for a, b in zip(curve, curve[1:]))  # training seconds grow, evaluations left out
+    assert r.metrics.value(metric) == curve[-1][2] and r.metrics.samples_per_s == pytest.approx(640 / curve[-1][1])
+
+
+@pytest.mark.slow
+def test_a_search_in_lightning_confirms_its_candidates_there(tmp_path: Path) -> None:
+    need("lightning")
+    from tune_batch.pipeline.search import search
+
+    cfg = trainer_config("lightning", "lightning_cnn", search={"backend": "optuna"},
+                         confirm={"candidates": 1, "train_samples": 512, "evaluations": 2, "seeds": 1})
+    result = search(cfg, tmp_path / "run", quiet=True)
+    records = [*result.records, *result.report.confirm_runs]
+    assert all(r.info.loop == "lightning" for r in records)
+    assert any(r.kind == "confirm" and r.info.curve for r in records)
+    assert result.report.confirmation is not None
+
+
+# ---------------------------------------------------------------- the answer back in the trainer
+
+
+def _run_dir(tmp_path: Path, loop: str = "transformers", accumulation: int = 2) -> Path:
+    from tune_batch.store.rundir import RunDir
+
+    cfg = trainer_config(loop, "hf_tiny", objectives=[{"metric": "samples_per_s"},
+                                                      {"metric": "eval_loss", "direction": "minimize"}])
+    out = RunDir(tmp_path / "run")
+    out.prepare(cfg)
+    for i, (b, lr, sps, loss) in enumerate([(32, 1e-3, 900.0, 2.1), (64, 3e-3, 1500.0, 2.4), (16, 5e-4, 500.0, 2.0)]):
+        out.append(TrialResult(i, Params(b, lr), Status.OK, None,
+                               Metrics(samples_per_s=sps, other={"eval_loss": loss}), 1.0,
+                               TrialInfo(loop=loop, accumulation_steps=accumulation)))
+    return out.path
+
+
+def test_export_to_transformers_feeds_training_arguments(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from tune_batch.export import recommended, to_transformers
+
+    run_dir = _run_dir(tmp_path)
+    kwargs = to_transformers(run_dir)
+    rec = recommended(run_dir)
+    assert kwargs == {"per_device_train_batch_size": rec.batch_size // 2, "learning_rate": rec.lr,
+                      "gradient_accumulation_steps": 2}
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), **kwargs)
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == rec.batch_size
+    assert args.learning_rate == rec.lr
+
+
+def test_export_command_prints_each_trainers_terms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tune_batch.cli import main
+
+    run_dir = str(_run_dir(tmp_path, accumulation=1))
+    assert main(["export", run_dir, "--to", "transformers"]) == 0
+    text = capsys.readouterr().out
+    assert "# measured in: transformers (the user's own trainer)" in text and "TrainingArguments(" in text
+    assert "gradient_accumulation_steps" not in text
+    assert main(["export", run_dir, "--to", "transformers", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"per_device_train_batch_size", "learning_rate"}
+    assert main(["export", run_dir, "--to", "lightning"]) == 0
+    text = capsys.readouterr().out
+    assert "not measured in lightning's loop" in text and "DataLoader(dataset, batch_size=" in text
+    assert main(["export", run_dir, "--to", "keras", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == {"fit", "optimizer"}
+    assert main(["export", str(tmp_path / "nowhere"), "--to", "keras"]) == 2
+
+
+def test_best_yaml_says_which_trainer_it_was_measured_in(tmp_path: Path) -> None:
+    from tune_batch.cli import main
+
+    run_dir = _run_dir(tmp_path)
+    assert main(["report", str(run_dir)]) == 0
+    assert "# measured in: transformers (the user's own trainer" in (run_dir / "best.yaml").read_text()

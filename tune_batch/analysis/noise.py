@@ -1,0 +1,63 @@
+"""Noise statistics: confidence half-widths of means, and "different beyond noise".
+
+A difference inside the measured noise is not a result: every figure a user reads carries a
+95 % half-width (``<metric>_ci``), and comparisons use :func:`beyond`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tune_batch.config import Config
+    from tune_batch.store.records import TrialResult
+
+# Student's t, two-sided 95 %, by degrees of freedom (1..30); 1.96 beyond
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def t95(df: int) -> float:
+    """The two-sided 95 % quantile of Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        return math.inf
+    return _T95[df - 1] if df <= len(_T95) else 1.96
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float | None]:
+    """(mean, 95 % half-width of the mean); the half-width is None for fewer than two values."""
+    vals = [float(v) for v in values]
+    m = statistics.fmean(vals)
+    if len(vals) < 2:
+        return m, None
+    return m, t95(len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals))
+
+
+def rate_ci(blocks: Sequence[tuple[int, float]], rate: float) -> float | None:
+    """95 % half-width of a throughput ``rate`` measured over timed blocks of (steps, seconds):
+    the blocks' time per step scatter, as a relative standard error, applied to the rate."""
+    per_step = [s / n for n, s in blocks if n > 0 and s > 0]
+    if len(per_step) < 2:
+        return None
+    mean = statistics.fmean(per_step)
+    rel_se = statistics.stdev(per_step) / math.sqrt(len(per_step)) / mean
+    return rate * t95(len(per_step) - 1) * rel_se
+
+
+def beyond(a: float, b: float, ci_a: float | None, ci_b: float | None) -> bool:
+    """Whether a > b by more than the noise of the two (their half-widths combined)."""
+    tol = math.hypot(ci_a or 0.0, ci_b or 0.0)
+    return a - b > tol
+
+
+def chance_floor(config: Config, records: Sequence[TrialResult]) -> tuple[float, float]:
+    """(chance, the least val_acc beyond it): chance is the validation set's majority-class rate
+    the records measured (1 / num_classes where none did); beyond it means above chance by more
+    than the binomial sampling noise (95 %) of the validation set."""
+    rates = [r.info.chance_acc for r in records if r.info.chance_acc is not None]
+    chance = max(rates) if rates else 1.0 / config.model.num_classes
+    return chance, chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))

@@ -1,0 +1,225 @@
+"""The report of a search as data (``build_report``): the front, the recommendation, the noise
+and what each front point trades. Its text forms are ``output.text``; drawing is
+``output.html``; writing files is ``output.files``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tune_batch.analysis.headroom import Headroom, headroom, keep_margin
+from tune_batch.analysis.noise import beyond, chance_floor
+from tune_batch.analysis.pareto import (
+    KNEE_METHOD,
+    Prefer,
+    choose,
+    hypervolume,
+    noisy_non_dominated,
+    normalise,
+    within_noise,
+)
+from tune_batch.analysis.points import NoiseLevel, Point, group_runs, noise_levels, points, step_key
+from tune_batch.config import Config
+from tune_batch.measure.oom import cap_bytes
+from tune_batch.store.records import Status, TrialResult
+
+
+@dataclass(frozen=True)
+class Report:
+    config: Config
+    records: list[TrialResult]  # the searched trials (one per trial id)
+    front: list[TrialResult]
+    recommended: TrialResult | None
+    counts: dict[str, int]
+    warnings: list[str] = field(default_factory=list)
+    method: str = KNEE_METHOD
+    hypervolume: float = 0.0
+    tradeoffs: dict[Any, list[str]] = field(default_factory=dict)
+    points: dict[Any, Point] = field(default_factory=dict)  # trial id -> its runs' statistics
+    noise: dict[str, NoiseLevel] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # within-noise pairs, the accuracy trade
+    repeats: list[TrialResult] = field(default_factory=list)  # runs of front candidates with other seeds
+    learned: bool = True  # some front point got beyond chance accuracy (see nothing_learned)
+    confirmation: Any = None  # confirm.Confirmation, when confirmation runs exist
+    confirm_runs: list[TrialResult] = field(default_factory=list)
+    baseline: Any = None  # baseline.Baseline: the user's current config confirmed beside the candidates
+
+    @property
+    def recommended_on_front(self) -> bool | None:
+        """Whether the recommended config is on the front (a confirmed one need not be)."""
+        if self.recommended is None:
+            return None
+        return any(r.trial_id == self.recommended.trial_id for r in self.front)
+
+    def runs_of(self, r: TrialResult) -> list[TrialResult]:
+        """Every run of ``r``'s config: its trial and repeats, and its confirmation runs."""
+        p = self.points.get(r.trial_id)
+        confirmed = (c for c in self.confirm_runs if c.info.confirm_of == r.trial_id)
+        return [*(p.runs if p is not None else (r,)), *confirmed]
+
+    def headroom(self, r: TrialResult) -> Headroom:
+        """How close ``r``'s config runs to the memory limit, over all its runs."""
+        return headroom(self.config, self.runs_of(r))
+
+    def stat(self, r: TrialResult, metric: str) -> tuple[float | None, float | None]:
+        """(mean over the config's runs, over its step's for STEP_WORK, 95 % half-width) of a
+        metric; the trial's own value when the config has no statistics."""
+        p = self.points.get(r.trial_id)
+        if p is not None and metric in p.mean:
+            return p.mean[metric], p.ci.get(metric)
+        return r.metrics.value(metric), None
+
+
+def latest_per_trial(records: Sequence[TrialResult]) -> list[TrialResult]:
+    """One record per trial_id (the last written wins), in first-seen order."""
+    by_id: dict[Any, TrialResult] = {}
+    for r in records:
+        by_id[r.trial_id] = r
+    return list(by_id.values())
+
+
+def _pm(ci: float | None, fmt: str) -> str:
+    return f" +- {ci:{fmt}}" if ci is not None else ""
+
+
+def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float | None = None) -> list[str]:
+    """What ``point`` gains and loses against the recommended ``rec``, in the seed's terms, each
+    with its noise (+- the two points' half-widths combined)."""
+    if point is rec:
+        return ["recommended"]
+    out = []
+    (a_s, a_sc), (b_s, b_sc) = report.stat(point, "samples_per_s"), report.stat(rec, "samples_per_s")
+    if step_key(point) == step_key(rec):  # one throughput, measured by both: no ratio to state
+        out.append("the same samples/s (the same step, another learning rate)")
+    elif a_s and b_s:
+        ratio = a_s / b_s
+        rel = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) * ratio if (a_sc or b_sc) else None
+        out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({'faster' if ratio >= 1 else 'slower'} per epoch)")
+    for metric, label in (("val_acc", "val_acc"), ("device_util", "utilization")):
+        if metric == "device_util" and metric not in report.config.metric_names:
+            continue  # on a CPU a diagnostic of the machine, not a property of the config
+        (a, ac), (b, bc) = report.stat(point, metric), report.stat(rec, metric)
+        if a is not None and b is not None:
+            both = math.hypot(ac or 0, bc or 0) if (ac is not None or bc is not None) else None
+            out.append(f"{a - b:+.3f}{_pm(both, '.3f')} {label}")
+    a_m, b_m = point.metrics.peak_mem_bytes, rec.metrics.peak_mem_bytes
+    if a_m is not None and b_m is not None:
+        d = (a_m - b_m) / 2**20
+        out.append(f"memory headroom {(cap - a_m) / 2**20:.0f} MiB ({-d:+.0f} MiB)" if cap
+                   else f"{d:+.0f} MiB peak memory")
+    return out
+
+
+ACCURACY_SLACK = 0.05  # a recommendation this far below the best val_acc must be faster beyond noise
+
+
+def _accuracy_guard(report_points: list[Point], front_pts: list[Point], k: int,
+                    metrics: list[str]) -> tuple[int, list[str]]:
+    """Keep the knee only if it is within ACCURACY_SLACK of the best feasible val_acc or faster
+    than the most accurate front point beyond noise; else recommend that point. Says which."""
+    if "val_acc" not in metrics or "samples_per_s" not in metrics or not front_pts:
+        return k, []
+    best_acc = max(p.mean["val_acc"] for p in report_points if "val_acc" in p.mean)
+    rec = front_pts[k]
+    if rec.mean["val_acc"] >= best_acc - ACCURACY_SLACK:
+        return k, []
+    top = max(range(len(front_pts)), key=lambda i: front_pts[i].mean["val_acc"])
+    acc_gap = front_pts[top].mean["val_acc"] - rec.mean["val_acc"]
+    ratio = rec.mean["samples_per_s"] / front_pts[top].mean["samples_per_s"]
+    if beyond(rec.mean["samples_per_s"], front_pts[top].mean["samples_per_s"], rec.ci.get("samples_per_s"),
+              front_pts[top].ci.get("samples_per_s")):
+        return k, [f"trade: the recommendation gives up {acc_gap:.3f} val_acc against trial "
+                   f"{front_pts[top].trial.trial_id} for {ratio:.2f}x samples/s (faster beyond noise)"]
+    return top, [f"trial {front_pts[top].trial.trial_id} recommended instead of the knee (trial {rec.trial.trial_id}): "
+                 f"the knee was {acc_gap:.3f} below the best val_acc and not faster beyond noise ({ratio:.2f}x)"]
+
+
+def _within_noise_notes(front_pts: list[Point], k: int | None, metrics: list[str]) -> list[str]:
+    """One line naming the front points within noise of the recommended one in every objective."""
+    if k is None:
+        return []
+    rec = front_pts[k]
+    same = [str(p.trial.trial_id) for p in front_pts if p is not rec and within_noise(
+        [rec.mean[m] for m in metrics], [p.mean[m] for m in metrics], [rec.ci.get(m) for m in metrics],
+        [p.ci.get(m) for m in metrics])]
+    if not same:
+        return []
+    return [f"within noise of the recommended trial {rec.trial.trial_id} in every objective: trial(s) "
+            f"{', '.join(same)}; more seeds (repeats.seeds) or a longer budget would tell them apart"]
+
+
+def nothing_learned(config: Config, front_pts: list[Point], records: Sequence[TrialResult]) -> str | None:
+    """One line when no front point got beyond chance: its val_acc within noise of the
+    majority-class rate of the validation set (or 1 / num_classes where that is unknown)."""
+    if "val_acc" not in config.metric_names or not front_pts:
+        return None
+    chance, floor = chance_floor(config, records)
+    best = max(front_pts, key=lambda p: p.mean["val_acc"])
+    # the seeds' spread where measured, and at least the binomial sampling noise of the validation set
+    if best.mean["val_acc"] - max(best.ci.get("val_acc") or 0.0, floor - chance) > chance:
+        return None
+    return (f"nothing was learned: the best val_acc on the front, {best.mean['val_acc']:.3f} "
+            f"(trial {best.trial.trial_id}), "
+            f"is within noise of chance ({chance:.3f}, the majority class); no recommendation from these trials "
+            f"(a longer budget.train_samples or confirmation runs would tell)")
+
+
+def build_report(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
+                 prefer: Prefer = None) -> Report:
+    """The front of the searched configs (their runs' means; a difference inside the noise does
+    not dominate), the recommendation, the noise and what each front point trades."""
+    latest = [r for r in latest_per_trial(records) if r.info.confirm_of is None]
+    searched = [r for r in latest if r.searched]
+    metrics, directions = config.metric_names, config.directions
+    groups = group_runs(latest)
+    noise = noise_levels(groups, metrics)
+    all_pts = points(groups, metrics, noise)
+    feas = [p for p in all_pts if all(m in p.mean for m in metrics)]
+    vals = [[p.mean[m] for m in metrics] for p in feas]
+    idx = noisy_non_dominated(vals, [[p.ci.get(m) for m in metrics] for p in feas], directions)
+    front_pts = [feas[i] for i in idx]
+    bounds = [(min(col), max(col)) for col in zip(*vals)] if vals else None
+    k, method = choose([vals[i] for i in idx], metrics, directions, prefer, bounds)
+    notes: list[str] = []
+    if k is not None and prefer is None:
+        k, notes = _accuracy_guard(feas, front_pts, k, metrics)
+    rec, margin_notes = keep_margin(config, front_pts, feas, k, _chooser(metrics, directions, prefer, bounds))
+    if margin_notes:  # the knee's notes were about another point
+        notes, k = margin_notes, next((i for i, p in enumerate(front_pts) if p is rec), None)
+    notes += _within_noise_notes(front_pts, k, metrics)
+    unmeasured = [r for r in searched if r.status is Status.OK and not r.metrics.has_finite(metrics)]
+    if unmeasured:
+        missing = sorted({m for r in unmeasured for m in metrics if r.metrics.value(m) is None
+                          or not math.isfinite(r.metrics.value(m) or 0.0)})
+        why = next((r.info.device_util_note for r in unmeasured if r.info.device_util_note), None)
+        notes.append(f"{len(unmeasured)} ok trial(s) lack an objective ({', '.join(missing)}"
+                     + (f": {why}" if why else "") + "): measured, but not on the front")
+    empty = nothing_learned(config, front_pts, latest)
+    if empty:
+        rec, notes = None, [empty]
+    counts: dict[str, int] = {}
+    for r in searched:
+        counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    hv = hypervolume(normalise([vals[i] for i in idx], directions, bounds)) if idx else 0.0
+    report = Report(config, searched, [p.trial for p in front_pts], rec.trial if rec is not None else None,
+                    counts, list(warnings or []), method, hv, {}, {p.trial.trial_id: p for p in all_pts}, noise,
+                    notes, [r for r in latest if r.info.repeat_of is not None], empty is None)
+    if report.recommended is not None:
+        cap = cap_bytes(config.resources.device_memory, None)
+        report.tradeoffs.update({r.trial_id: tradeoffs(report, r, report.recommended, cap) for r in report.front})
+    return report
+
+
+def _chooser(metrics: list[str], directions: list[str], prefer: Prefer,
+             bounds: list[tuple[float, float]] | None) -> Callable[[Sequence[Point]], int | None]:
+    """Chooses among some points as the front is chosen from: on their own front (noise respected)."""
+    def choose_among(pool: Sequence[Point]) -> int | None:
+        vals = [[p.mean[m] for m in metrics] for p in pool]
+        idx = noisy_non_dominated(vals, [[p.ci.get(m) for m in metrics] for p in pool], directions)
+        j, _ = choose([vals[i] for i in idx], metrics, directions, prefer, bounds)
+        return idx[j] if j is not None else None
+
+    return choose_among
+

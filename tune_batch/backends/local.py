@@ -1,0 +1,186 @@
+"""Plain Optuna: a tune_batch objective for ``study.optimize`` on any study (the user's own, with
+their sampler, storage and extra hyperparameters), and the in-process ``optuna`` backend.
+
+No Ray is started here. ``oom`` and ``skipped`` trials return sentinel values with a
+constraint > 0 (infeasible); ``failed`` trials end as Optuna FAIL with the reason kept in the
+trial's user attributes (see ``tune_batch.study.seam``, the one seam to Optuna).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import optuna
+
+from tune_batch.analysis.objectives import utilization_warning
+from tune_batch.backends.progress import Progress
+from tune_batch.backends.signals import graceful, received
+from tune_batch.config import Config, SpaceConfig
+from tune_batch.decide.confirm import ConfirmJob
+from tune_batch.decide.repeats import RepeatJob, seeded
+from tune_batch.store.records import Params, Status, TrialResult, budget_used
+from tune_batch.store.rundir import RunDir
+from tune_batch.study import seam
+from tune_batch.study import space as space_mod
+from tune_batch.study.admission import FREE_SKIPS_IN_A_ROW, Policy
+from tune_batch.study.samplers import make_sampler, probe_rule
+
+
+class TrialRunner(Protocol):
+    """What measures one trial: ``run_trial``'s signature (a replay looks results up instead)."""
+
+    def __call__(self, config: Config, params: Params, *, trial_id: Any, extra: dict[str, Any] | None,
+                  run_dir: Any) -> TrialResult: ...
+
+
+def _run_trial(config: Config, params: Params, *, trial_id: Any, extra: dict[str, Any] | None,
+               run_dir: Any) -> TrialResult:
+    from tune_batch.trial import run_trial
+
+    return run_trial(config, params, trial_id=trial_id, extra=extra, run_dir=run_dir)
+
+
+def suggest(trial: optuna.Trial, space: SpaceConfig) -> dict[str, Any]:
+    """Suggest ``batch_size``, ``lr`` and ``num_gpus`` on ``trial``. Combinations that break the
+    batch rules are not trained by tune_batch's objective: they end as infeasible (``space``)."""
+    return space_mod.suggest(trial, space)
+
+
+check_directions = seam.check_directions
+
+
+class Objective:
+    """``study.optimize(Objective(config), n_trials=...)``: each call runs one measured trial.
+
+    Returns the objective values in the config's order; sets the ``memory`` and ``space``
+    constraints (the ``constraints`` list, see ``study.seam.CONSTRAINTS_ATTR``) and the user attributes ``status``,
+    ``reason`` and
+    ``metrics``. ``extra_space(trial) -> dict`` suggests the user's own hyperparameters in the
+    same trial; they are passed to ``pkg.module:function`` model and data builders as keyword
+    arguments and kept in the record's params. ``run_dir``: also append each record there.
+    ``runner``: what measures a trial (default: ``run_trial``; a replay passes a lookup).
+    """
+
+    def __init__(self, config: Config, extra_space: Callable[[optuna.Trial], dict[str, Any]] | None = None, *,
+                 run_dir: RunDir | None = None, progress: Progress | None = None, policy: Policy | None = None,
+                 runner: TrialRunner = _run_trial, free_skips: bool = False) -> None:
+        self.config = config
+        self.free_skips = free_skips  # skipped proposals marked free_skip (see optimize)
+        self.extra_space = extra_space
+        self.run_dir = run_dir
+        self.progress = progress
+        self.policy = policy or Policy(config)
+        self.runner = runner
+        self.records: list[TrialResult] = []
+        self._checked: set[int] = set()
+
+    def __call__(self, trial: optuna.Trial) -> list[float] | None:
+        if id(trial.study) not in self._checked:
+            seam.check_directions(trial.study, self.config)
+            self._checked.add(id(trial.study))
+        searched = suggest(trial, self.config.space)
+        extra = dict(self.extra_space(trial)) if self.extra_space else {}
+        params = Params.of({**searched, **extra})
+        if self.progress:
+            self.progress.started()
+        result = self.policy.skip(params, trial.number, free=self.free_skips) or self.runner(
+            self.config, params, trial_id=trial.number, extra=extra or None,
+            run_dir=self.run_dir.path if self.run_dir else None)
+        self.policy.observe(result)
+        seam.annotate(trial, result)
+        if self.run_dir:
+            self.run_dir.append(result)
+        self.records.append(result)
+        if self.progress:
+            self.progress.finished(result)
+        floor = None if result.status is Status.OK else seam.feasible_floor(trial.study)
+        # told: throughput as its step's mean so far (Policy.told); the record keeps the reading
+        return seam.answer(self.config, self.policy.told(result), floor)  # None: Optuna records a FAIL
+
+
+def optimize(study: optuna.Study, objective: Objective, trials: int, callbacks: Sequence[Callable[..., None]] = (),
+             gc_after_trial: bool = False) -> None:
+    """Run ``objective`` (built with ``free_skips=True``) on ``study`` until ``trials`` trials of
+    the budget are used: a proposal the policy skips is told to Optuna and recorded, then the
+    sampler is asked again without using up a trial (up to FREE_SKIPS_IN_A_ROW in a row)."""
+
+    def enough(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if budget_used(objective.records) >= trials:
+            study.stop()
+
+    if trials > 0:
+        study.optimize(objective, n_trials=trials * (FREE_SKIPS_IN_A_ROW + 1), gc_after_trial=gc_after_trial,
+                       callbacks=[*callbacks, enough])
+
+
+def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | ConfirmJob], progress: Progress) -> None:
+    """Run each repeat (a searched config with another seed) or confirmation run (a longer
+    budget) in this process."""
+    from tune_batch.trial import run_trial
+    from tune_batch.trial.curve import confirm_run
+
+    for job in jobs:
+        if received["signal"] is not None:
+            return
+        progress.started()
+        cfg = seeded(config, job.seed)
+        if isinstance(job, ConfirmJob):
+            res = confirm_run(cfg, job.params, trial_id=job.trial_id, confirm_of=job.confirm_of,
+                              extra=job.params.extra or None)
+        else:
+            res = run_trial(cfg, job.params, trial_id=job.trial_id, extra=job.params.extra or None,
+                            run_dir=run_dir.path)
+            res = res.replace(info=res.info.with_(repeat_of=job.repeat_of, seed=job.seed))
+        run_dir.append(res)
+        progress.finished(res)
+
+
+def _search_stage(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
+                  policy: Policy, fresh: bool, sampler_seed: int | None) -> None:
+    """The search itself: ``config.budget.trials`` trials on the stored study, in this process."""
+    seed = config.search.seed if sampler_seed is None else sampler_seed
+    sampler = make_sampler(config.search.sampler, seed, config.budget.trials, probe_rule(config))
+    study = seam.create(config, storage, study_name, sampler)
+    if fresh and not study.trials:
+        for point in space_mod.seed_points(config, [1]):
+            study.enqueue_trial(point)
+    progress.say(f"optuna: in-process, sampler {config.search.sampler}, study {study_name!r}")
+    import torch
+
+    warning = utilization_warning(config, torch.cuda.device_count())
+    if warning:
+        progress.warn(warning)
+    objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy, free_skips=True)
+
+    def stop_if_signalled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if received["signal"] is not None:
+            study.stop()  # after the running trial, which is recorded
+
+    with graceful():
+        optimize(study, objective, config.budget.trials, [stop_if_signalled], gc_after_trial=True)
+
+
+def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
+               policy: Policy, fresh: bool = True, plan_repeats: Callable[[], list[RepeatJob]] | None = None,
+               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None,
+               trials_left: int | None = None) -> None:
+    """Run ``trials_left`` trials (all of ``budget.trials`` when None) in this process on the
+    stored study, then the repeats ``plan_repeats`` asks for, then the confirmation runs
+    ``plan_confirm`` asks for."""
+    left = config.budget.trials if trials_left is None else trials_left
+    if left > 0:
+        searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": left})})
+        _search_stage(searching, run_dir, storage=storage, study_name=study_name, progress=progress, policy=policy,
+                      fresh=fresh, sampler_seed=sampler_seed)
+    # the stages after the search, each planned from the records the one before it left
+    stages: list[tuple[Callable[[], Sequence[RepeatJob | ConfirmJob]] | None, Callable[[int], None]]] = [
+        (plan_repeats, progress.repeating), (plan_confirm, progress.confirming)]
+    for plan, announce in stages:
+        if received["signal"] is not None:
+            return
+        jobs = plan() if plan is not None else []
+        if jobs:
+            announce(len(jobs))
+            with graceful():
+                run_repeats(config, run_dir, jobs, progress)

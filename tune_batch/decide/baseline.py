@@ -1,0 +1,108 @@
+"""The user's current config (``baseline:``) confirmed beside the candidates: how much sooner
+the recommendation reaches the target, what the search cost, and after how many runs it pays
+for itself.
+
+Planning gives the baseline the same confirmation runs as a candidate (same seeds, same length,
+the same target); reading them is :func:`compare`, from structured values only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tune_batch.config import Config
+from tune_batch.decide.confirm import BASELINE, Candidate, Confirmation, first_reach
+from tune_batch.store.records import Params, Status, TrialResult
+
+__all__ = ["BASELINE", "Baseline", "compare", "params_of"]
+
+
+def params_of(config: Config) -> Params | None:
+    b = config.baseline
+    return None if b is None else Params(b.batch_size, b.lr, b.num_gpus)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The baseline's confirmed runs against the recommended candidate's."""
+
+    params: Params
+    runs: tuple[TrialResult, ...]
+    time_to_target_s: float | None  # median over its runs that reached the target (most must)
+    reached: int
+    best_value: float | None  # the best value of the target metric its runs reached
+    speedup: float | None  # baseline's time to target / the recommendation's
+    speedup_ci: float | None  # 95 % half-width (delta method on the runs' log times); None with < 2 runs a side
+    speedup_at_least: float | None  # the baseline never reached it: its whole training time / the recommendation's
+    recommended_s: float | None  # the recommendation's time to target
+    search_wall_s: float | None  # the whole search, start-up included (every invocation)
+    payback_runs: int | None  # runs to the target after which the time saved exceeds the search's
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"params": self.params.to_dict(), "time_to_target_s": self.time_to_target_s,
+                "reached_target": f"{self.reached} of {len(self.runs)}", "best_value": self.best_value,
+                "runs": [r.trial_id for r in self.runs], "speedup": self.speedup, "speedup_ci": self.speedup_ci,
+                "speedup_at_least": self.speedup_at_least, "recommended_time_to_target_s": self.recommended_s,
+                "search_wall_s": self.search_wall_s, "payback_runs": self.payback_runs}
+
+    def line(self, metric: str) -> str:
+        """The summary's first line."""
+        p = self.params
+        name = f"the baseline (batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus})"
+        cost = f"; the search cost {self.search_wall_s:.0f} s" if self.search_wall_s is not None else ""
+        if self.speedup is not None:
+            ci = f" +- {self.speedup_ci:.2f}" if self.speedup_ci is not None else " (one run a side: no spread)"
+            pay = (f", paid back after {self.payback_runs} run(s) to the target" if self.payback_runs is not None
+                   else ", never paid back: the baseline is as fast or faster")
+            within = self.speedup_ci is not None and abs(self.speedup - 1.0) <= self.speedup_ci
+            how = " (within the runs' noise)" if within else ""
+            return (f"recommendation vs {name}: time to the {metric} target x{1 / self.speedup:.2f} "
+                    f"(speedup {self.speedup:.2f}{ci}{how}) "
+                    f"({self.recommended_s:.2f} s vs {self.time_to_target_s:.2f} s of training){cost}"
+                    f"{pay if self.search_wall_s is not None else ''}")
+        if self.speedup_at_least is not None:
+            return (f"recommendation vs {name}: the baseline never reached the {metric} target in "
+                    f"{len(self.runs)} run(s) (best {self.best_value:.4g}); the recommendation reached it in "
+                    f"{self.recommended_s:.2f} s, at least {self.speedup_at_least:.2f}x sooner{cost}")
+        return f"recommendation vs {name}: no comparison (no recommendation reached the target){cost}"
+
+
+def _reach_times(runs: Sequence[TrialResult], target: float, maximize: bool) -> list[float]:
+    return [h[0] for h in (first_reach(r.info.curve or [], target, maximize) for r in runs) if h is not None]
+
+
+def _log_sd2(xs: list[float]) -> float:
+    return statistics.variance([math.log(x) for x in xs]) if len(xs) > 1 else math.nan
+
+
+def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Sequence[TrialResult],
+            search_wall_s: float | None) -> Baseline | None:
+    """The baseline's runs read against the confirmation's target and its recommended candidate;
+    None without a baseline or its runs."""
+    params = params_of(config)
+    ok = tuple(r for r in runs if r.status is Status.OK and r.info.curve)
+    if params is None or not runs:
+        return None
+    target, up = conf.target, conf.maximize
+    values = [c[2] for r in ok for c in r.info.curve or []]
+    best_value = (max(values) if up else min(values)) if values else None
+    hits = _reach_times(ok, target, up) if target is not None else []
+    mine = statistics.median(hits) if hits and 2 * len(hits) > len(runs) else None
+    rec_s = best.time_to_target_s if best is not None else None
+    speedup = ci = at_least = payback = None
+    if mine is not None and rec_s:
+        speedup = mine / rec_s
+        theirs = _reach_times(best.runs, target, up) if best is not None and target is not None else []
+        var = _log_sd2(hits) / len(hits) + _log_sd2(theirs) / max(1, len(theirs))
+        ci = speedup * 1.96 * math.sqrt(var) if math.isfinite(var) else None
+        saved = mine - rec_s
+        if search_wall_s is not None and saved > 0:
+            payback = math.ceil(search_wall_s / saved)
+    elif rec_s and ok:
+        at_least = statistics.median(r.info.train_s or 0.0 for r in ok) / rec_s
+    return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
+                    payback)

@@ -1,0 +1,363 @@
+"""Confirmation at length: the front's most promising configs trained again for longer, with
+validation along the way, and what their curves say: time to the target accuracy, the ranks of
+the short and the long budget, and their agreement (its text is ``output.text.confirm_lines``).
+
+Planning (which configs, with which seeds) is decided from the report, never by measurement;
+the runs are ``trial.curve.confirm_run`` on either backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tune_batch.analysis.noise import chance_floor
+from tune_batch.analysis.points import StepMeans
+from tune_batch.config import Config
+from tune_batch.store.records import Params, Status, TrialResult
+
+
+def _reached(value: float, target: float, maximize: bool) -> bool:
+    return value >= target if maximize else value <= target
+
+
+@dataclass(frozen=True)
+class ConfirmJob:
+    """One confirmation run of a searched trial's config (with a seed)."""
+
+    trial_id: str
+    confirm_of: int | str | None
+    params: Params
+    seed: int
+
+    def spec(self) -> dict[str, object]:
+        """As a Tune trial's config: the params and the control keys of ``trainable``."""
+        return {**self.params.to_dict(), "trial_number": self.trial_id, "seed": self.seed,
+                "confirm_of": self.confirm_of}
+
+
+#: ``confirm_of`` of the baseline's confirmation runs (``baseline:``; trial ids ``baseline-c<seed>``).
+BASELINE = "baseline"
+
+
+def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
+         baseline: Params | None = None) -> list[ConfirmJob]:
+    """``confirm.seeds`` runs of each candidate and of the ``baseline`` (confirm_of "baseline"),
+    seed-major (every config once, then again: slow drift of a shared machine spreads over all of
+    them), those in ``done`` left out."""
+    out = []
+    for k in range(config.confirm.seeds):
+        seed = config.search.seed + k
+        for r in candidates:  # a data-parallel config as a worker group, on the path of its trials
+            job = ConfirmJob(f"{r.trial_id}c{seed}", r.trial_id, r.params, seed)
+            if job.trial_id not in done:
+                out.append(job)
+        if baseline is not None and candidates and f"{BASELINE}-c{seed}" not in done:
+            out.append(ConfirmJob(f"{BASELINE}-c{seed}", BASELINE, baseline, seed))
+    return out
+
+
+def step_before(curve: Sequence[Sequence[float]], target: float | None, maximize: bool = True) -> float | None:
+    """Training seconds between the validation that first reached ``target`` and the one before
+    it: how finely the curve resolves the time to target."""
+    prev = 0.0
+    for _samples, train_s, acc, *_ in curve if target is not None else []:
+        if _reached(acc, target, maximize):
+            return train_s - prev
+        prev = train_s
+    return None
+
+
+def first_reach(curve: Sequence[Sequence[float]], target: float | None,
+                maximize: bool = True) -> tuple[float, float] | None:
+    """(training seconds, samples) at the first validation at or past ``target`` (at or above it
+    when ``maximize``, at or below it otherwise), or None."""
+    if target is None:
+        return None
+    for samples, train_s, acc, *_ in curve:
+        if _reached(acc, target, maximize):
+            return train_s, samples
+    return None
+
+
+def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Kendall's tau-a between two rankings of the same items (None with fewer than 2)."""
+    n = len(a)
+    if n < 2:
+        return None
+    s = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s += int(math.copysign(1, (a[i] - a[j]) * (b[i] - b[j]))) if (a[i] - a[j]) * (b[i] - b[j]) else 0
+    return s / (n * (n - 1) / 2)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A confirmed config: its runs, the best value of the target metric reached (``best_acc``:
+    val_acc unless the confirmation reads another metric), and time/samples to the target."""
+
+    trial: TrialResult
+    runs: tuple[TrialResult, ...]
+    short_rank: int
+    best_acc: float
+    final_acc: float
+    time_to_target_s: float | None  # median over the runs that reached it; None: none did
+    samples_to_target: float | None
+    reached: int  # runs that reached the target
+    long_rank: int = 0
+    # what the recommendation ranks by: the runs' time to target and the time the noise scale
+    # predicts from the other candidates (estimate_time); the runs' time alone without a prediction
+    estimate_s: float | None = None
+
+    @property
+    def grows(self) -> bool:
+        """Whether memory grew beyond noise along one of its runs (``info.memory_growth``: a leak?)."""
+        return any((r.info.memory_growth or {}).get("flagged") for r in self.runs)
+
+    @property
+    def device_seconds_to_target(self) -> float | None:
+        """Time to target x the devices it kept busy (``num_gpus``): what the run costs."""
+        t = self.time_to_target_s
+        return None if t is None else t * self.trial.params.num_gpus
+
+    def ranked_by(self, devices: bool) -> float | None:
+        """What the recommendation ranks it by: the estimated wall seconds (estimate_s, else its
+        runs' time), x num_gpus when ``devices``."""
+        t = self.estimate_s if self.estimate_s is not None else self.time_to_target_s
+        return None if t is None else t * (self.trial.params.num_gpus if devices else 1)
+
+    def to_dict(self, metric: str = "val_acc") -> dict[str, Any]:
+        return {"trial_id": self.trial.trial_id, "params": self.trial.params.to_dict(),
+                "num_gpus": self.trial.params.num_gpus, "device_seconds_to_target": self.device_seconds_to_target,
+                "short_rank": self.short_rank, "long_rank": self.long_rank, "time_to_target_s": self.time_to_target_s,
+                "estimate_s": self.estimate_s,
+                "samples_to_target": self.samples_to_target, "reached_target": f"{self.reached} of {len(self.runs)}",
+                f"best_{metric}": self.best_acc, f"final_{metric}": self.final_acc,
+                "runs": [r.trial_id for r in self.runs],
+                "curves": [{"seed": r.info.seed, "samples": [c[0] for c in r.info.curve or []],
+                            "train_s": [c[1] for c in r.info.curve or []],
+                            metric: [c[2] for c in r.info.curve or []]} for r in self.runs]}
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What the confirmation runs say. ``candidates`` in long-budget rank order."""
+
+    target: float | None  # None: nothing was learned in the confirmation runs either
+    target_how: str
+    train_samples: float
+    candidates: list[Candidate]
+    agreement: float | None  # Kendall's tau between short and long ranks
+    failed: list[TrialResult] = field(default_factory=list)
+    noise_scale: float | None = None  # the search's B_noise (search_noise_scale), for the prediction
+    noise_scale_trials: int = 0
+    steps: StepMeans = field(default_factory=StepMeans)  # of the short runs: the samples/s a prediction divides by
+    short_runs: tuple[TrialResult, ...] = ()  # the search's trials and repeats (their scaling efficiency)
+    metric: str = "val_acc"  # what the curves hold and the target is on
+    maximize: bool = True
+    excluded: dict[Any, str] = field(default_factory=dict)  # trial id -> why it cannot be recommended (memory)
+
+    @property
+    def best(self) -> Candidate | None:
+        """The candidate with the shortest estimated time to the target (estimate_s), of those whose
+        runs reached it and that are not ``excluded``; one whose memory grew only when all did;
+        ties: the long-budget rank."""
+        return self.best_by(devices=False)
+
+    def best_by(self, devices: bool) -> Candidate | None:
+        """The candidate soonest to the target in wall seconds, or in device-seconds (wall x
+        num_gpus) when ``devices``, of those whose runs reached it and that are not ``excluded`` (too
+        close to the memory limit); one whose memory grew only when all did; ties: the long-budget rank."""
+        reached = [c for c in self.candidates
+                   if c.time_to_target_s is not None and c.trial.trial_id not in self.excluded]
+        steady = [c for c in reached if not c.grows] or reached
+        return min(steady, key=lambda c: (c.ranked_by(devices) or 0.0, c.long_rank), default=None)
+
+    def gpu_counts(self) -> list[dict[str, Any]]:
+        """Per GPU count confirmed: its soonest candidate to the target (wall and device-seconds)
+        and the scaling efficiency its search trials measured (samples/s per device relative to
+        one worker at the same per-worker batch; 1 for one worker)."""
+        out = []
+        for n in sorted({c.trial.params.num_gpus for c in self.candidates}):
+            mine = [c for c in self.candidates if c.trial.params.num_gpus == n]
+            reached = [c for c in mine if c.time_to_target_s is not None]
+            fastest = min(reached, key=lambda c: c.time_to_target_s or 0.0, default=None)
+            effs = [r.metrics.scaling_efficiency for r in self.short_runs
+                    if r.params.num_gpus == n and r.status is Status.OK and r.metrics.scaling_efficiency is not None]
+            out.append({"num_gpus": n, "candidates": len(mine), "reached": len(reached),
+                        "trial_id": fastest.trial.trial_id if fastest else None,
+                        "time_to_target_s": fastest.time_to_target_s if fastest else None,
+                        "device_seconds_to_target": fastest.device_seconds_to_target if fastest else None,
+                        "scaling_efficiency": 1.0 if n == 1 else (statistics.median(effs) if effs else None),
+                        "scaling_efficiency_trials": len(effs)})
+        return out
+
+    def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
+        return {"prediction": predictions(self, others), "target_metric": self.metric,
+                "target_direction": "maximize" if self.maximize else "minimize", "target": self.target,
+                "target_how": self.target_how,
+                "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
+                "recommended_trial_id": self.best.trial.trial_id if self.best else None,
+                "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
+                                                        if self.best_by(devices=True) else None),
+                "gpu_counts": self.gpu_counts(),
+                "candidates": [c.to_dict(self.metric) for c in self.candidates],
+                "failed_runs": [{"trial_id": r.trial_id, "status": r.status.value, "reason": r.reason}
+                                for r in self.failed]}
+
+
+def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[TrialResult],
+            short_runs: Sequence[TrialResult] = ()) -> Confirmation | None:
+    """The confirmation of ``candidates`` (in short-budget rank order) from their ``runs``;
+    None when no run finished. ``short_runs``: the search's trials and repeats, whose noise
+    scales the prediction pools."""
+    by: dict[Any, list[TrialResult]] = {}
+    failed = []
+    for r in runs:
+        if r.status is Status.OK and r.info.curve:
+            by.setdefault(r.info.confirm_of, []).append(r)
+        else:
+            failed.append(r)
+    ranked = list(enumerate((c for c in candidates if c.trial_id in by), start=1))
+    if not ranked:
+        return None
+    name, direction = config.confirm_metric or ("val_acc", "maximize")
+    up = direction == "maximize"
+    best_of = max if up else min
+    curves = [r.info.curve or [] for _, t in ranked for r in by[t.trial_id]]
+    best_any = best_of(c[2] for cv in curves for c in cv)
+    target, how = _target(config, name, up, best_any, [cv[0][2] for cv in curves if cv],
+                          [r for rs in by.values() for r in rs])
+    out = []
+    for short_rank, t in ranked:
+        rs = by[t.trial_id]
+        hits = ([h for h in (first_reach(r.info.curve or [], target, up) for r in rs) if h is not None]
+                if target is not None else [])
+        # a run that never reached the target counts as not reaching it: the median is over all runs
+        # only when most reached it
+        ttt = statistics.median(h[0] for h in hits) if hits and 2 * len(hits) > len(rs) else None
+        stt = statistics.median(h[1] for h in hits) if ttt is not None else None
+        out.append(Candidate(t, tuple(rs), short_rank, best_of(p[2] for r in rs for p in r.info.curve or []),
+                             statistics.mean((r.info.curve or [[0, 0, 0]])[-1][2] for r in rs), ttt, stt, len(hits)))
+    out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, -x.best_acc if up else x.best_acc))
+    out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
+    tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
+    length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
+    steps = StepMeans()
+    for r in short_runs:
+        steps.observe(r)
+    conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
+                        tuple(short_runs), name, up)
+    predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
+    return dataclasses.replace(conf, candidates=[
+        dataclasses.replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))
+        for x in out])
+
+
+def _target(config: Config, name: str, up: bool, best: float, firsts: list[float],
+            runs: list[TrialResult]) -> tuple[float | None, str]:
+    """(the target, how it was set): ``confirm.target``; for val_acc, ``target_fraction`` x the
+    best any candidate reached (None when that is within noise of chance); for another metric,
+    ``target_fraction`` of the way from the first validation (the median over the runs) to the
+    best value any run reached (None when no run improved on it)."""
+    c = config.confirm
+    if c.target is not None:
+        return c.target, "confirm.target"
+    if name == "val_acc":
+        chance, floor = chance_floor(config, runs)
+        if best <= floor:
+            return None, (f"none: nothing was learned in the confirmation runs either (best val_acc {best:.3f}, "
+                          f"chance {chance:.3f})")
+        return (max(floor, c.target_fraction * best),
+                f"{c.target_fraction:g} x the best val_acc any candidate reached ({best:.3f})")
+    start = statistics.median(firsts)
+    if not (best > start if up else best < start):
+        return None, f"none: no run improved {name} on its first validation ({start:.4g})"
+    return (start + c.target_fraction * (best - start),
+            f"{c.target_fraction:g} of the way from the first validation's {name} ({start:.4g}) to the best any "
+            f"candidate reached ({best:.4g})")
+
+
+def estimate_time(measured: float | None, prediction: dict[str, Any]) -> float | None:
+    """The time to target a recommendation ranks a confirmed candidate by: the geometric mean of
+    its runs' median and the time predicted for it from the *other* candidates' runs and the
+    search's noise scale (two independent readings: one candidate's pair of confirmation runs can
+    be lucky; on this machine a config's run pairs span up to 3.4x, the prediction is within 1.5x
+    for 83-89 % of candidates). The runs' time alone without a prediction, or where its
+    throughput comes only from disturbed windows."""
+    pred = prediction.get("predicted_s")
+    if measured is None or not pred or prediction.get("disturbed_throughput"):
+        return measured
+    return math.sqrt(measured * pred)
+
+
+def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, int]:
+    """(B_noise of the search, trials it pools): the mean tr(Sigma) over the mean |G|^2 of every
+    finished trial that estimated them. One short trial's estimate is noisy within a factor of
+    10 (repeats of one config read 35 and 650); the two quantities are smoothed over the search
+    before the ratio, as McCandlish et al. advise (the ratio of noisy estimates is biased)."""
+    got = [(r.info.gns_trace_sigma, r.info.gns_grad_sq) for r in records
+           if r.status is Status.OK and r.info.gns_trace_sigma is not None and r.info.gns_grad_sq is not None]
+    if not got:
+        return None, 0
+    g2 = statistics.fmean(g for _, g in got)
+    return (statistics.fmean(s for s, _ in got) / g2 if g2 > 0 else None), len(got)
+
+
+def samples_factor(b_noise: float, batch: int) -> float:
+    """Samples to a given loss relative to the fewest possible (McCandlish et al.): 1 + B / B_noise."""
+    return 1.0 + batch / b_noise
+
+
+def _e_min(c: Candidate, b_noise: float | None) -> float | None:
+    """The fewest samples to the target implied by a confirmed candidate (McCandlish et al.:
+    samples = E_min x (1 + B / B_noise)), from its samples to target and the search's B_noise."""
+    if c.samples_to_target is None or not b_noise:
+        return None
+    return c.samples_to_target / samples_factor(b_noise, c.trial.params.batch_size)
+
+
+def predict_time(trial: TrialResult, e_min: float, b_noise: float | None, sps: float | None) -> float | None:
+    """Predicted training seconds to the target of a config: E_min x (1 + B / B_noise) samples
+    at ``sps`` samples/s."""
+    if not b_noise or not sps:
+        return None
+    return e_min * samples_factor(b_noise, trial.params.batch_size) / sps
+
+
+def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, Any]:
+    """Time to target predicted from the gradient noise scale: for each confirmed candidate from
+    the other candidates (leave one out: predicted against measured), and for ``others`` (e.g.
+    the unconfirmed front) from all of them."""
+    b_noise = conf.noise_scale
+
+    def sps(t: TrialResult) -> float | None:  # its step's mean over the short runs, else its own reading
+        return conf.steps.told(t).metrics.samples_per_s
+
+    e = {c.trial.trial_id: _e_min(c, b_noise) for c in conf.candidates}
+    checked = []
+    for c in conf.candidates:
+        rest = [v for k, v in e.items() if k != c.trial.trial_id and v is not None]
+        pred = predict_time(c.trial, statistics.median(rest), b_noise, sps(c.trial)) if rest else None
+        # its step's only throughput readings were taken while another process used the machine
+        disturbed = conf.steps.only_disturbed(c.trial)
+        checked.append({"trial_id": c.trial.trial_id, "predicted_s": pred, "measured_s": c.time_to_target_s,
+                        "ratio": pred / c.time_to_target_s if pred and c.time_to_target_s else None,
+                        "disturbed_throughput": disturbed})
+    every = [v for v in e.values() if v is not None]
+    confirmed = {c.trial.trial_id for c in conf.candidates}
+    unconfirmed = {str(t.trial_id): predict_time(t, statistics.median(every), b_noise, sps(t)) for t in others
+                   if t.trial_id not in confirmed} if every else {}
+    ratios = [x["ratio"] for x in checked if x["ratio"] is not None]
+    return {"confirmed": checked, "unconfirmed": unconfirmed, "grad_noise_scale": b_noise,
+            "grad_noise_scale_trials": conf.noise_scale_trials,
+            "within_1_5x": f"{sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5)} of {len(ratios)}",
+            "model": "samples to target = E_min x (1 + batch_size / B_noise); B_noise = mean tr(Sigma) / mean |G|^2 "
+                     "over the search's trials; E_min from the other confirmed candidates (median); "
+                     "time = samples / samples_per_s of its step (mean over the search's runs of its batch size, "
+                     "any lr)"}

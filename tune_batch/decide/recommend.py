@@ -1,0 +1,182 @@
+"""The decision of a search: the report of its searched trials (and repeats), then, when the
+front's candidates were trained again at length, the recommendation from those runs.
+
+``decide`` is what the search and ``tune-batch report`` show; ``confirm_candidates`` is what
+the confirmation stage trains (the same function, so a resumed search picks the same ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from tune_batch.analysis.pareto import Prefer, better_beyond
+from tune_batch.analysis.report import Report, build_report, latest_per_trial, tradeoffs
+from tune_batch.config import Config
+from tune_batch.decide.baseline import compare
+from tune_batch.decide.confirm import BASELINE, confirm, samples_factor, search_noise_scale
+from tune_batch.decide.repeats import candidates
+from tune_batch.measure.oom import cap_bytes
+from tune_batch.store.records import TrialResult
+
+TIME_TO_TARGET = "time_to_target"
+DEVICE_SECONDS = "device_seconds_to_target"  # the same, in wall seconds x num_gpus
+
+
+def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult]:
+    """The configs confirmation trains, for the one that reaches the target soonest: the
+    recommended one, the most accurate, then those already within ``confirm.target_fraction`` of
+    the most accurate at the short budget, soonest to a common target first by the gradient
+    noise scale's model (few samples to go, each one cheap: (1 + B / B_noise) / samples/s, the
+    inverse of goodput at the search's B_noise; by samples/s alone where no trial measured a
+    noise scale), then the others by the repeats' order (best in each objective, nearest to the
+    ideal point). The fastest config overall is not one of them for its speed alone: at
+    a learning rate too low it never reaches the target (in 7 of the decision benchmark's 18
+    stored searches, before this order). When the short trials learned nothing, the feasible
+    configs whose loss fell furthest. One config is confirmed once: a sampler can propose the
+    same params twice (at a bound of the space, e.g. lr 0.1), and a second candidate of the
+    same config would repeat its runs seed for seed and leave one out of the prediction only
+    to find itself among the others (3 of 93 stored searches confirmed one config twice)."""
+    n = report.config.confirm.candidates if n is None else n
+    if n <= 0:
+        return []
+    if not report.learned:
+        ok = [p.trial for p in report.points.values()]
+        return _every_gpu_count(_distinct(sorted(ok, key=lambda r: (
+            r.info.final_loss if r.info.final_loss is not None else float("inf"), -(r.metrics.samples_per_s or 0.0)))),
+            n)
+    rest = candidates(report, len(report.points))  # the recommended one first
+
+    name, direction = report.config.confirm_metric or ("val_acc", "maximize")
+    sign = 1.0 if direction == "maximize" else -1.0
+
+    def acc(r: TrialResult) -> float | None:  # the target metric, larger is better
+        v = report.stat(r, name)[0]
+        return None if v is None else sign * v
+
+    b_noise, _ = search_noise_scale([*report.records, *report.repeats])
+
+    def time_per_progress(r: TrialResult) -> float:
+        # seconds per unit of progress toward a common target, as the time-to-target prediction
+        # models it: (1 + B / B_noise) samples each at the step's samples/s (1 / samples/s where
+        # the search measured no noise scale)
+        sps = report.stat(r, "samples_per_s")[0] or 0.0
+        return (samples_factor(b_noise, r.params.batch_size) if b_noise else 1.0) / sps if sps > 0 else math.inf
+
+    learned = [r for r in rest if acc(r) is not None]
+    first = rest[:1]
+    if learned:
+        top = max(map(acc, learned))
+        f = report.config.confirm.target_fraction  # within this share of the best (of its inverse for a loss)
+        near_top = [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
+        first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
+    return _every_gpu_count(_distinct([*first, *rest]), n)
+
+
+def _every_gpu_count(ordered: list[TrialResult], n: int) -> list[TrialResult]:
+    """The first ``n`` of ``ordered``, and then, for each GPU count not among them, its first: how
+    many GPUs is measured at length, not assumed from the short trials."""
+    chosen = ordered[:n]
+    for r in ordered[n:]:
+        if all(r.params.num_gpus != c.params.num_gpus for c in chosen):
+            chosen.append(r)
+    return chosen
+
+
+def _distinct(trials: Sequence[TrialResult]) -> list[TrialResult]:
+    """``trials`` in order, each config (params) once: the first trial of it stays."""
+    out: list[TrialResult] = []
+    for r in trials:
+        if all(r.params != o.params for o in out):
+            out.append(r)
+    return out
+
+
+def off_front_note(report: Report) -> str | None:
+    """Why a confirmed recommendation is not on the short-budget front (None when it is): the
+    front points better than it beyond noise in some objective and worse in none there."""
+    rec = report.recommended
+    if rec is None or report.recommended_on_front is not False:
+        return None
+    metrics, directions = report.config.metric_names, report.config.directions
+
+    def stats(r: TrialResult) -> tuple[list[float], list[float | None]]:
+        pairs = [report.stat(r, m) for m in metrics]
+        return [v if v is not None else math.nan for v, _ in pairs], [c for _, c in pairs]
+
+    by: dict[tuple[str, ...], list[str]] = {}  # objectives -> the front trials better in them
+    rv, rc = stats(rec)
+    for f in report.front:
+        fv, fc = stats(f)
+        ms = tuple(metrics[k] for k in better_beyond(fv, rv, fc, rc, directions))
+        if ms and not better_beyond(rv, fv, rc, fc, directions):
+            by.setdefault(ms, []).append(str(f.trial_id))
+    why = "; ".join(f"trial(s) {', '.join(ids)} better beyond noise in {', '.join(ms)} and worse beyond it in nothing"
+                    for ms, ids in by.items()) or "dominated there"
+    return (f"the recommended trial {rec.trial_id} is not on the short-budget front ({why}, after "
+            f"{report.config.budget.train_samples} samples per trial); trained at length it reached the target first")
+
+
+def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None = None,
+           prefer: Prefer = None, search_wall_s: float | None = None) -> Report:
+    """The report, its recommendation from the confirmation runs when there are any (and the
+    preference is not another objective), and the baseline's runs against it (``search_wall_s``:
+    what the search cost, for the pay-back)."""
+    report = _decide(config, records, warnings, prefer)
+    base_runs = [r for r in report.confirm_runs if r.info.confirm_of == BASELINE]
+    if report.confirmation is None or not base_runs:
+        return report
+    best = next((c for c in report.confirmation.candidates
+                 if report.recommended is not None and c.trial.trial_id == report.recommended.trial_id), None)
+    return dataclasses.replace(report, baseline=compare(config, report.confirmation, best, base_runs, search_wall_s))
+
+
+def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None, prefer: Prefer) -> Report:
+    base_prefer = None if prefer in (TIME_TO_TARGET, DEVICE_SECONDS) else prefer
+    latest = latest_per_trial(records)
+    short = [r for r in latest if r.info.confirm_of is None]  # the trials and their repeats: the short budget
+    report = build_report(config, short, warnings, prefer=base_prefer)
+    runs = [r for r in latest if r.info.confirm_of is not None]
+    if not runs:
+        return report
+    base_runs = [r for r in runs if r.info.confirm_of == BASELINE]
+    runs = [r for r in runs if r.info.confirm_of != BASELINE]
+    # every config with runs, in the order the short budget ranks them (a finished run read with
+    # another confirm.candidates still shows what was confirmed)
+    order = confirm_candidates(report, len(report.points))
+    order += [p.trial for p in report.points.values() if p.trial not in order]
+    conf = confirm(config, order, runs, short)
+    report = dataclasses.replace(report, confirmation=conf, confirm_runs=[*runs, *base_runs])
+    if conf is None or base_prefer is not None:
+        return report
+    # a candidate too close to the memory limit (over all its runs) is not recommended
+    rooms = {c.trial.trial_id: report.headroom(c.trial) for c in conf.candidates}
+    conf = dataclasses.replace(conf, excluded={t: h.shortfall() for t, h in rooms.items() if not h.keeps_margin})
+    report = dataclasses.replace(report, confirmation=conf)
+    devices = prefer == DEVICE_SECONDS
+    best = conf.best_by(devices)
+    if best is None:
+        why = ("nothing was learned in the confirmation runs either" if conf.target is None
+               else "no confirmed candidate reached the target" + (" and left resources.memory_margin"
+                                                                    if conf.excluded else ""))
+        return dataclasses.replace(report, recommended=None, method=f"time_to_target: {why}", tradeoffs={},
+                                   notes=[*report.notes, f"{why}: no recommendation"])
+    # the short budget's notes about its own recommendation no longer apply
+    stale = ("nothing was learned", "within noise of the recommended", "trade: the recommendation")
+    notes = [n for n in report.notes if not n.startswith(stale) and "recommended instead of the knee" not in n]
+    short = report.recommended
+    if short is not None and short.trial_id != best.trial.trial_id:
+        notes.append(f"the short trials alone would have recommended trial {short.trial_id} (batch_size="
+                     f"{short.params.batch_size} lr={short.params.lr:.3g}); confirmation at length chose trial "
+                     f"{best.trial.trial_id}")
+    method = (f"{DEVICE_SECONDS if devices else TIME_TO_TARGET}: the shortest estimated "
+              f"{'device-seconds (wall x num_gpus)' if devices else 'time'} to {conf.metric} {conf.target:.4g}, from "
+              f"confirmation runs of {conf.train_samples:.0f} samples and the time the noise scale predicts")
+    report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
+    off = off_front_note(report)
+    if off:
+        report.notes.append(off)
+    cap = cap_bytes(config.resources.device_memory, None)
+    report.tradeoffs.update({r.trial_id: tradeoffs(report, r, best.trial, cap) for r in report.front})
+    return report

@@ -1,0 +1,85 @@
+"""``probe``: one measured trial, profiled, with its record in a run directory of its own; returns
+the record and what the CLI (or a notebook) needs to show it (``output.probe`` renders it)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tune_batch.config import Config
+from tune_batch.errors import UserError
+from tune_batch.pipeline.search import preflight
+from tune_batch.store.records import Status, TrialResult
+from tune_batch.store.rundir import RunDir
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A probe's trial and where it is kept. ``trace_steps``: ProfilerStep events in the trace
+    files of the trial's trace directory (None: no trace, or none readable)."""
+
+    result: TrialResult
+    workload: str  # the model and data, in one line
+    run_dir: Path
+    trials_path: Path
+    trace_steps: int | None
+
+    @property
+    def ok(self) -> bool:
+        return self.result.status is Status.OK
+
+
+def trace_steps(trace_dir: str) -> int | None:
+    """ProfilerStep events in the trace files of ``trace_dir`` (None when none can be read)."""
+    n, read = 0, False
+    for f in Path(trace_dir).glob("*.pt.trace.json*"):
+        try:
+            with (gzip.open(f, "rt") if f.suffix == ".gz" else f.open()) as fh:
+                events = json.load(fh).get("traceEvents", [])
+        except (OSError, ValueError):
+            continue
+        read = True
+        n += sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    return n if read else None
+
+
+def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output: str | Path | None = None, *,
+          profile: bool | None = True, on_workload: Callable[[str], None] | None = None) -> ProbeResult:
+    """Run one trial of ``config`` at (``batch_size``, ``lr``, ``num_gpus``) with the full
+    measurement, and keep its record (trial id ``probe``) in ``output`` (default
+    runs/<name>-probe-<timestamp>). ``profile``: True profiles the trial whatever the config says,
+    False never, None as the config says. ``on_workload`` is called with the workload's one-line
+    description once it is built, before the trial runs.
+
+    Raises UserError for bad arguments, a workload that does not build, or an ``output`` that
+    holds a search (a probe there would rewrite its config.yaml and mix its records).
+    """
+    from tune_batch.trial import run_trial  # loads torch: only when a probe runs
+
+    if batch_size < 1 or not (math.isfinite(lr) and lr > 0) or num_gpus < 1:
+        raise UserError(f"--batch-size {batch_size} --lr {lr} --num-gpus {num_gpus}: "
+                        "need batch size >= 1, a finite lr > 0, num_gpus >= 1")
+    if profile is not None:
+        config = config.model_copy(update={"profile": config.profile.model_copy(update={"enabled": profile})})
+    out = RunDir(f"runs/{config.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if output is None else output)
+    RunDir.check_writable(out.path)
+    workload = preflight(config, batch_size=batch_size)
+    if on_workload is not None:
+        on_workload(workload)
+    with out.lock():
+        searched = [r for r in out.records()[0] if r.trial_id != "probe"]
+        if searched:
+            raise UserError(f"--output {str(out.path)!r} holds a search ({len(searched)} trial record(s)): "
+                            f"a probe there would rewrite its config.yaml and mix its records; give the probe its "
+                            f"own --output")
+        out.prepare(config, force=True)
+        res = run_trial(config, {"batch_size": batch_size, "lr": lr, "num_gpus": num_gpus}, trial_id="probe",
+                        run_dir=out.path)
+        out.append(res)
+    found = trace_steps(res.info.trace_dir) if res.info.trace_dir else None
+    return ProbeResult(res, workload, out.path, out.trials_path, found)

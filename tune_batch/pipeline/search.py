@@ -1,0 +1,342 @@
+"""A whole search: check the input, prepare the run directory, run a backend, write reports.
+
+``search(config) -> SearchResult`` is the library entry point; the CLI is a thin layer on it.
+A search started again on the same run directory continues: finished trials count towards
+``budget.trials`` and are neither rerun nor lost; trials a killed process left RUNNING in
+the study are marked FAIL and run again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+import warnings
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from tune_batch.analysis.pareto import Prefer
+from tune_batch.analysis.report import Report, build_report, latest_per_trial
+from tune_batch.backends.progress import Progress
+from tune_batch.backends.signals import received
+from tune_batch.config import Config
+from tune_batch.decide.baseline import params_of as baseline_params
+from tune_batch.decide.confirm import ConfirmJob
+from tune_batch.decide.confirm import jobs as confirm_jobs
+from tune_batch.decide.recommend import confirm_candidates, decide
+from tune_batch.decide.repeats import RepeatJob
+from tune_batch.decide.repeats import jobs as repeat_jobs
+from tune_batch.errors import ConfigError, SearchInterrupted, UserError
+from tune_batch.output.files import write_files
+from tune_batch.output.text import render_summary
+from tune_batch.output.tracking import check_trackers
+from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
+from tune_batch.store.records import TrialResult, budget_used
+from tune_batch.store.rundir import RunDir
+from tune_batch.study.admission import Policy
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    run_dir: Path
+    records: list[TrialResult]
+    front: list[TrialResult]
+    recommended: TrialResult | None
+    report: Report = field(repr=False)
+
+    def dataframe(self) -> Any:
+        """Every record of the run (trials, repeats, confirmation runs) as a pandas DataFrame."""
+        from tune_batch.output.frames import to_frame
+
+        return to_frame([*self.records, *self.report.repeats, *self.report.confirm_runs], self.report)
+
+
+def default_output(config: Config) -> Path:
+    return Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def preflight(config: Config, batch_size: int | None = None) -> str:
+    """Build the data sets and the model once, so user mistakes (unknown model, missing files,
+    offline weights, bad ``pkg.module:function``) fail before anything is written or run.
+    Returns a one-line description of the workload."""
+    from tune_batch.workload import build_datasets, build_model
+
+    check_trackers(config.search.log_to)
+    if config.train.loop != "tune_batch":  # the user's trainer: its builder's pieces are checked instead
+        from tune_batch.trial.trainers import preflight_trainer
+
+        return preflight_trainer(config, batch_size)
+    ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
+    model = build_model(config.model)
+    n_params = sum(p.numel() for p in model.parameters())
+    smallest = batch_size or min(config.space.batch_choices())
+    if len(ds.train) < smallest:  # type: ignore[arg-type]
+        raise ConfigError(f"batch size {smallest} is larger than the training set "
+                          f"({len(ds.train)} samples)")  # type: ignore[arg-type]
+    if config.budget.train_samples < 2 * smallest:
+        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
+                          f"batch_size ({2 * smallest})")
+    return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
+
+
+def check_address(address: str | None, timeout_s: float = 5.0) -> None:
+    """Refuse, before anything is written, a Ray address nothing answers at (``host:port`` or
+    ``ray://host:port``; ``auto`` is left to Ray): Ray itself retries for minutes."""
+    if not address or address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r}: expected 'auto', 'host:port' or 'ray://host:port'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise UserError(f"--address {address!r}: nothing answers at {host}:{port} ({e.strerror or e}); start Ray "
+                        f"there (ray start --head) or check the address") from e
+
+
+def _check_local_gpu_choices(config: Config) -> None:
+    """A local search whose every ``num_gpus`` choice this machine can never give (GPUs, or CPU
+    worker processes without GPUs) is refused before anything is written."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    capacity = gpus or (os.cpu_count() or 1)
+    if not any(n == 1 or n <= capacity for n in config.space.num_gpus):
+        what = f"{gpus} GPU(s)" if gpus else f"{capacity} CPU(s) for CPU worker processes"
+        raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: this machine has {what}; "
+                          f"include 1 (or a count it has), or search on a cluster with --address")
+
+
+def check_device_util(config: Config, gpus: int) -> None:
+    """With ``device_util`` an objective on a machine with GPUs, NVML must open here; else every
+    trial would end without it and none could be on the front: refused before anything runs."""
+    if "device_util" not in config.metric_names or gpus == 0:
+        return
+    from tune_batch.errors import DeviceMonitorError
+    from tune_batch.measure.nvml import NvmlReader
+
+    try:
+        NvmlReader([0])
+    except DeviceMonitorError as e:
+        others = [m for m in config.metric_names if m != "device_util"] or ["samples_per_s"]
+        raise ConfigError(f"objectives: device_util is read through NVML, which does not work here ({e}); "
+                          f"fix the driver or nvidia-ml-py, or search without it: --set "
+                          f"'objectives=[{', '.join('{metric: ' + m + '}' for m in others)}]'") from e
+
+
+def _one_worker_only(config: Config, progress: Progress) -> Config:
+    """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped."""
+    if all(n == 1 for n in config.space.num_gpus):
+        return config
+    progress.warn("space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
+                  "trials in this process; use backend 'ray' for data-parallel trials")
+    return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
+
+
+def _repeats_of(config: Config, records: list[TrialResult]) -> list[RepeatJob]:
+    """The repeats the finished search still needs, given its records; none while the search
+    itself is unfinished (stopped by a signal)."""
+    # chosen from the searched trials alone, so that a resumed search picks the same candidates
+    searched = [r for r in latest_per_trial(records) if r.searched]
+    if budget_used(searched) < config.budget.trials:
+        return []
+    return repeat_jobs(config, build_report(config, searched), {r.trial_id for r in records})
+
+
+def _confirms_of(config: Config, records: list[TrialResult]) -> list[ConfirmJob]:
+    """The confirmation runs still needed, once the search and its repeats are complete: the
+    candidates of the report of both (the same on a resumed search)."""
+    if config.confirm_metric is None:  # train.evaluate measures no objective to read time to target on
+        return []
+    searched = [r for r in latest_per_trial(records) if r.searched]
+    if budget_used(searched) < config.budget.trials or _repeats_of(config, records):
+        return []
+    base = build_report(config, [r for r in records if r.info.confirm_of is None])
+    return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records}, baseline_params(config))
+
+
+def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
+    return _repeats_of(config, run_dir.records()[0])
+
+
+def _plan_confirm(config: Config, run_dir: RunDir) -> list[ConfirmJob]:
+    return _confirms_of(config, run_dir.records()[0])
+
+
+def _stages_pending(config: Config, run_dir: RunDir) -> bool:
+    """Repeats or confirmation runs still to run (the records read once)."""
+    records = run_dir.records()[0]
+    return bool(_repeats_of(config, records) or _confirms_of(config, records))
+
+
+def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
+                 address: str | None, storage_url: str | None, study_name: str | None, verbose: bool) -> None:
+    """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend, then
+    the stages after the search. The stages' jobs get the whole config: only the search stage
+    runs the trials left (a remaining budget of 0 is no valid config in a trial process)."""
+    from tune_batch.study import seam
+
+    storage = seam.open_storage(storage_url or run_dir.study_url)
+    name = study_name or config.name
+    fresh = seam.prepare(storage, name, config)
+    if fresh and done:
+        # study.db lost (or emptied): rebuilt from the records, so trial numbers go on after them
+        n = seam.rebuild(storage, name, config, done)
+        progress.warn(f"the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
+                      f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
+        fresh = False
+    trials_left = max(0, config.budget.trials - budget_used(done))
+    policy = Policy(config, done)
+    plan_repeats = partial(_plan_repeats, config, run_dir)
+    plan_confirm = partial(_plan_confirm, config, run_dir)
+    # a continued search draws other random proposals than its first part did (the same seed
+    # would start the sampler's random stream again and re-propose points already measured)
+    sampler_seed = config.search.seed + len(done)
+    with quiet_libraries(verbose):
+        if config.search.backend == "optuna":
+            from tune_batch.backends import local as local_backend
+
+            local_backend.run_search(_one_worker_only(config, progress), run_dir, storage=storage,
+                                      study_name=name, progress=progress, policy=policy, fresh=fresh,
+                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed,
+                                      trials_left=trials_left)
+        else:
+            from tune_batch.backends import ray as ray_backend
+
+            ray_backend.run_search(config, run_dir, storage=storage, study_name=name, progress=progress,
+                                   policy=policy, address=address or config.search.address, verbose=verbose,
+                                   fresh=fresh, plan_repeats=plan_repeats, plan_confirm=plan_confirm,
+                                   sampler_seed=sampler_seed, trials_left=trials_left)
+
+
+def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
+           storage_url: str | None = None, study_name: str | None = None, force: bool = False,
+           quiet: bool = False, verbose: bool = False, prefer: Prefer = None) -> SearchResult:
+    """Run the search of ``config`` (or continue it) and write its reports.
+
+    Raises UserError (ConfigError, WorkloadError, RunDirError) for user mistakes, before
+    anything is written to ``output``. Logger levels, warning filters, environment variables
+    and Optuna's verbosity are as they were when it returns, and so are torch's global random
+    state (the workload check builds the model; samplers draw from it) and its thread count.
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    with environment_restored(), warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+        try:
+            return _search(config, output, address=address, storage_url=storage_url, study_name=study_name,
+                           force=force, quiet=quiet, verbose=verbose, prefer=prefer)
+        finally:
+            torch.set_num_threads(threads)
+
+
+def _search(config: Config, output: str | Path | None, *, address: str | None, storage_url: str | None,
+            study_name: str | None, force: bool, quiet: bool, verbose: bool, prefer: Prefer) -> SearchResult:
+    started = time.perf_counter()  # the search's wall time, start-up included
+    run_dir = RunDir(default_output(config) if output is None else output)
+    RunDir.check_writable(run_dir.path)
+    if config.search.backend == "optuna" and (address or config.search.address):
+        raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
+    progress = Progress(config, config.budget.trials, quiet=quiet)
+    progress.say(f"workload: {preflight(config)}")
+    if storage_url:  # a bad URL is refused before anything is written
+        from tune_batch.study import seam
+
+        seam.open_storage(storage_url)
+    check_address(address or config.search.address)
+    if not (address or config.search.address):
+        import torch
+
+        check_device_util(config, torch.cuda.device_count())
+        if config.search.backend == "ray":
+            _check_local_gpu_choices(config)
+    with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
+        return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
+                              study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer,
+                              started=started)
+
+
+def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url: str | None,
+                    study_name: str | None) -> None:
+    """Name the study's objectives (where it has no names) and record the recommendation and
+    the run directory on it, so Optuna's own views and plots read like the report."""
+    if not records_exist(run_dir):
+        return
+    from tune_batch.study import seam
+
+    seam.annotate_study(seam.open_storage(storage_url or run_dir.study_url), study_name or config.name, config,
+                        report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()),
+                        [r.trial_id for r in report.front])
+
+
+def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress: Progress) -> None:
+    """search.log_to: the records, front and recommendation to each tracker. A tracker that
+    fails costs one warning line: the run directory already holds everything."""
+    if "mlflow" not in config.search.log_to or not records_exist(run_dir):
+        return
+    from tune_batch.output.tracking import log_to_mlflow
+
+    try:
+        uri, run_id, new = log_to_mlflow(report, run_dir.path, config.search.tracking_uri)
+    except Exception as e:  # the tracker's server, store or package: never the search's results
+        where = config.search.tracking_uri or "the run directory's mlflow.db"
+        progress.warn(f"mlflow: could not log to {where}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+        return
+    progress.say(f"mlflow: {new} record(s) sent to {uri} (experiment {config.name!r}, run {run_id}); "
+                 f"to browse: mlflow ui --backend-store-uri {uri}")
+
+
+def records_exist(run_dir: RunDir) -> bool:
+    return run_dir.trials_path.exists() and run_dir.trials_path.stat().st_size > 0
+
+
+def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, address: str | None,
+                   storage_url: str | None, study_name: str | None, force: bool, quiet: bool, verbose: bool,
+                   prefer: Prefer, started: float) -> SearchResult:
+    resumed = run_dir.prepare(config, force=force)
+    run_dir.check_appendable()
+    for note in run_dir.set_aside_broken() if resumed else []:
+        progress.warn(note)
+    previous, warnings = run_dir.records()
+    done = [r for r in latest_per_trial(previous) if r.searched]
+    for w in warnings:
+        progress.warn(w)
+    progress.records = list(done)  # the front and counts include trials already finished
+    if config.confirm_metric is None and config.confirm.candidates > 0:
+        progress.say("confirmation: off: none of the objectives is a metric train.evaluate returns, to read time to "
+                     "target on (confirm.metric)")
+    used_before = budget_used(done)
+    if resumed:
+        progress.say(f"continuing {run_dir.path}: {used_before} trial(s) already finished, "
+                     f"{max(0, config.budget.trials - used_before)} to run")
+    stopped = False
+    received["signal"] = None
+    if config.budget.trials > used_before or _stages_pending(config, run_dir):
+        try:
+            _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
+                         study_name=study_name, verbose=verbose)
+        except KeyboardInterrupt:  # the in-process backend; Ray Tune stops on its own and returns
+            stopped = True
+    records, warnings = run_dir.records()
+    ran = config.budget.trials > used_before or len(records) > len(previous)
+    wall = run_dir.add_search_wall_s(time.perf_counter() - started) if ran else run_dir.search_wall_s()
+    report = decide(config, records, warnings, prefer=prefer, search_wall_s=wall)
+    write_files(report, run_dir.path)
+    _annotate_study(config, run_dir, report, storage_url, study_name)
+    _send_to_trackers(config, report, run_dir, progress)
+    # fewer searched records than the budget: the search was stopped (every trial that ends,
+    # however it ends, is recorded), whichever backend caught the signal
+    used = budget_used(report.records)
+    interrupted = stopped or used < config.budget.trials or _stages_pending(config, run_dir)
+    if not quiet:
+        print(render_summary(report), flush=True)
+        print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
+              flush=True)
+    if interrupted:
+        raise SearchInterrupted(used, config.budget.trials, str(run_dir.path),
+                                received["signal"] or signal.SIGINT)
+    return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

@@ -1,0 +1,83 @@
+"""Trials in the user's own trainer (``train.loop``: lightning, transformers, keras): the user's
+builder gives the pieces, the trainer runs the trial's steps at the searched batch size and
+learning rate, and a measurement callback (:class:`~tune_batch.trial.trainers.meter.Meter`)
+gives the same window, peak memory, out-of-memory rule and record fields as tune_batch's loop.
+
+``trial.run.run_trial`` sends a trainer loop here (:func:`measure_trainer`) inside its own
+trial boundary, so faults become records exactly as in tune_batch's loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from typing import Any
+
+from tune_batch.config import Config
+from tune_batch.config.metrics import OBJECTIVE_METRICS
+from tune_batch.errors import ConfigError, WorkloadError
+from tune_batch.store.records import Params, TrialResult
+
+
+def loop_module(loop: str) -> Any:
+    """The module of ``loop`` (``trial/trainers/<loop>.py``, which imports the trainer);
+    WorkloadError with an install hint when the trainer's package is missing."""
+    try:
+        return importlib.import_module(f"tune_batch.trial.trainers.{loop}")
+    except ModuleNotFoundError as e:
+        raise WorkloadError(f"train.loop = {loop} needs the {e.name!r} package: pip install "
+                            f"'tune-batch[{loop}]'") from e
+
+
+def measure_trainer(config: Config, params: Params, *, start: float | None = None,
+                    validate: bool = True) -> TrialResult:
+    """Train ``params`` in the user's trainer and measure it; the ``ok`` record. Raises on any
+    fault (the caller's trial boundary turns it into a record)."""
+    from tune_batch.trial.setup import apply_memory_cap, pick_device, plan_steps
+    from tune_batch.trial.trainers.common import quiet, seed_everything, trainer_record
+
+    start = time.perf_counter() if start is None else start
+    device = pick_device()
+    plan = plan_steps(config, params, profiling=False)
+    cap = apply_memory_cap(config, device)
+    seed_everything(config.search.seed)
+    module = loop_module(config.train.loop)
+    with quiet(module.LOGGERS):
+        run = module.train(config, params, plan, device, cap, start + config.budget.trial_timeout_s, validate)
+    record = trainer_record(config, params, plan, device, run, cap, start)
+    missing = [m for m in config.metric_names if m not in OBJECTIVE_METRICS and m not in run.scores]
+    if validate and "val_acc" in config.metric_names and record.metrics.val_acc is None:
+        missing.insert(0, "val_acc")
+    if validate and missing:
+        logged = ", ".join(sorted(run.scores)) or "nothing"
+        raise ValueError(f"objective {missing[0]!r} is not among what the trainer's evaluation logged ({logged}); "
+                         f"log it there or choose one of those in objectives")
+    return record
+
+
+def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
+    """What a search checks before it writes anything, for a trainer loop: one device per trial,
+    a confirmation it can run, and the builder's pieces (built once).
+    Returns a one-line description. Raises ConfigError / WorkloadError (one line)."""
+    loop = config.train.loop
+    if list(config.space.num_gpus) != [1]:
+        raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: train.loop = {loop} runs one device per "
+                          f"trial in this version; allowed: [1]")
+    if config.baseline is not None and config.baseline.num_gpus != 1:
+        raise ConfigError(f"baseline.num_gpus = {config.baseline.num_gpus}: train.loop = {loop} runs one device per "
+                          f"run in this version; allowed: 1")
+    if config.confirm.candidates and config.confirm.epochs is not None:
+        raise ConfigError(f"confirm.epochs = {config.confirm.epochs}: with train.loop = {loop} give "
+                          f"confirm.train_samples (the builder's data size is the trainer's business)")
+    if config.confirm.candidates and config.confirm_metric is None:
+        raise ConfigError(f"confirm.candidates = {config.confirm.candidates}: no objective to read time to target on; "
+                          f"add val_acc or a metric the trainer's evaluation logs to objectives")
+    smallest = batch_size or min(config.space.batch_choices())
+    if config.budget.train_samples < 2 * smallest:
+        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
+                          f"batch_size ({2 * smallest})")
+    from tune_batch.trial.trainers.common import quiet
+
+    module = loop_module(loop)
+    with quiet(module.LOGGERS):
+        return module.describe(config)

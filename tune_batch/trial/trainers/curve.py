@@ -1,0 +1,114 @@
+"""Confirmation at length in the user's trainer: the config trained for the confirmation budget in
+the same trainer, evaluated by the trainer's own evaluation at the interval it supports
+(Lightning ``val_check_interval``, Transformers ``eval_steps``; Keras, which validates per epoch
+only, by ``model.evaluate`` from the callback every ``every`` steps, as ``fit`` itself does at an
+epoch's end). The curve is the one of ``trial.curve``: [samples, training seconds, the metric's
+value, loss] per evaluation, training seconds without the evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+import torch
+
+from tune_batch.config import Config
+from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
+from tune_batch.trial.loop import sync
+from tune_batch.trial.setup import StepPlan
+from tune_batch.trial.trainers.meter import Meter
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """Evaluate ``metric`` every ``every`` optimizer steps of ``total`` (and at the end)."""
+
+    every: int
+    total: int
+    metric: str
+
+    def due(self, steps: int) -> bool:
+        return steps % self.every == 0 or steps == self.total
+
+
+class CurveRecorder:
+    """The curve of a run whose evaluations the trainer starts and ends (``eval_begin`` /
+    ``eval_end``): training seconds are the wall time since ``start`` without the evaluations."""
+
+    def __init__(self, meter: Meter, plan: EvalPlan) -> None:
+        self.meter, self.plan = meter, plan
+        self.points: list[list[float]] = []
+        self._t0: float | None = None
+        self._e0: float | None = None
+        self._eval_s = 0.0
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def eval_begin(self) -> None:
+        sync(self.meter.device)  # the training seconds are the steps'
+        self._e0 = time.perf_counter()
+
+    def eval_end(self, scores: dict[str, float]) -> None:
+        assert self._t0 is not None and self._e0 is not None, "eval_end() without start() and eval_begin()"
+        name = self.plan.metric
+        if name not in scores:
+            raise ValueError(f"confirmation reads {name!r}; the trainer's evaluation logged "
+                             f"{', '.join(sorted(scores)) or 'nothing'}")
+        train_s = self._e0 - self._t0 - self._eval_s
+        self._eval_s += time.perf_counter() - self._e0
+        self._e0 = None
+        self.points.append([float(self.meter.samples_done), train_s, float(scores[name]), self.meter.last_loss])
+
+    @property
+    def needs_final(self) -> bool:
+        """Whether the run's last step has no evaluation yet."""
+        return not self.points or self.points[-1][0] < self.meter.samples_done
+
+
+def eval_plan(config: Config, total: int) -> EvalPlan:
+    """``confirm.evaluations`` evenly spaced evaluations of the confirmation metric."""
+    name = (config.confirm_metric or ("val_acc", "maximize"))[0]
+    return EvalPlan(max(1, math.ceil(total / config.confirm.evaluations)), total, name)
+
+
+def confirm_trainer(config: Config, params: Params, samples: int, timeout_s: float, *,
+                    confirm_of: int | str | None = None, start: float | None = None) -> TrialResult:
+    """A confirmation run of ``samples`` in the user's trainer (``timeout_s`` from ``start``); the
+    ``ok`` record with its curve. Raises on any fault (the caller's trial boundary turns it into
+    a record)."""
+    from tune_batch.trial.setup import apply_memory_cap, device_name, pick_device
+    from tune_batch.trial.trainers import loop_module
+    from tune_batch.trial.trainers.common import quiet, seed_everything
+
+    start = time.perf_counter() if start is None else start
+    total = samples // params.batch_size
+    if total < 2:
+        raise ValueError(f"a confirmation run of batch_size {params.batch_size} gets {total} step(s): raise "
+                         f"confirm.train_samples")
+    # no warm-up step to profile: the memory profiler would land in the curve's training seconds
+    plan = StepPlan(total, 0, total, 0)
+    device = pick_device()
+    cap = apply_memory_cap(config, device)
+    seed_everything(config.search.seed)
+    module = loop_module(config.train.loop)
+    evals = eval_plan(config, total)
+    with quiet(module.LOGGERS):
+        run = module.train(config, params, plan, device, cap, start + timeout_s, False, evals)
+    assert run.curve, "a trainer loop returned no curve"
+    done, train_s, value, loss = run.curve[-1]
+    sps = done / train_s if train_s > 0 else None
+    metrics = Metrics(samples_per_s=sps, val_acc=value if evals.metric == "val_acc" else None,
+                      other={} if evals.metric == "val_acc" else {evals.metric: value},
+                      duration_s=time.perf_counter() - start)
+    info = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed,
+                     loop=config.train.loop, device=device_name(device, torch.get_num_threads()), data=run.data,
+                     curve=run.curve, chance_acc=run.chance_acc, steps=run.steps, train_samples_done=int(done),
+                     train_s=train_s, final_loss=loss, world_size=1, per_worker_batch=params.batch_size,
+                     precision=run.precision, accumulation_steps=run.accumulation, micro_batch_size=run.micro_batch,
+                     memory_cap_bytes=cap.bytes)
+    return TrialResult(None, params, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
