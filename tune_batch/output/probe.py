@@ -83,6 +83,8 @@ def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:
         f"{(info.model_flops_per_sample or nan) / 1e9:.4f} GFLOP/sample; "
         f"peak {(info.peak_flops_per_s or nan) / 1e9:.1f} GFLOP/s, {info.peak_source})",
         f"  peak_mem_bytes    {(m.peak_mem_bytes or nan) / 2**20:.1f} MiB ({info.peak_mem_method or ''})",
+        *([f"  peak_mem_worst    {m.peak_mem_worst_bytes / 2**20:.1f} MiB (worst case: {info.peak_mem_worst_method})"]
+          if m.peak_mem_worst_bytes is not None else []),
         f"  data_wait_frac    {m.data_wait_frac:.3f}",
         f"  val_acc           {m.val_acc if m.val_acc is not None else nan:.4f}",
         f"  bottleneck        {info.bottleneck}: {info.suggestion}",
