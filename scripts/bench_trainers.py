@@ -9,7 +9,8 @@ validated every ``--eval-every`` samples; time to target is the training wall ti
 first validation that reached it (validation time left out), ``inf`` when it was not reached
 within ``--max-samples`` or ``--max-seconds``. Costs: each finder's own wall time (Lightning:
 both tuner calls; HF: the attempts its batch-size loop threw away on out-of-memory), and the
-tune_batch searches' wall time (``search_cost_s``: both; each apart in the extra keys).
+tune_batch searches' wall time (``search_cost_s``: both; each apart in the extra keys), run on the
+optuna backend so that their trials run in this process as well.
 
 Time to target of one run varies with the seed (up to 2x on digits): ``--seeds`` runs each
 answer with several seeds and takes the median. Needs ``pip install "tune-batch[lightning,transformers]"``.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -53,6 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def quiet() -> None:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # lr_find's own progress bar (this script's process only)
     for name in ("lightning", "lightning.pytorch", "lightning.fabric", "transformers", "accelerate"):
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -65,12 +68,17 @@ class FinderModule(lightning_cnn.DigitsCNN):
     """The example's module as Lightning's tuner wants it: a ``batch_size`` attribute its own
     ``train_dataloader`` reads (``lr`` is in its hparams, where ``lr_find`` writes)."""
 
-    def __init__(self, train: Any, batch_size: int, lr: float) -> None:
-        super().__init__(width=16, lr=lr)
-        self.batch_size, self._train = batch_size, train
+    def __init__(self, batch_size: int, lr: float) -> None:
+        super().__init__(width=16, lr=lr)  # (the data sets are set after: hparams would pickle them)
+        self.batch_size = batch_size
+        self._train: Any = None
+        self._val: Any = None
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self._train, batch_size=self.batch_size, shuffle=True, drop_last=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self._val, batch_size=256)
 
 
 def lightning_finder(lo: int, hi: int) -> tuple[int, float, float]:
@@ -78,10 +86,11 @@ def lightning_finder(lo: int, hi: int) -> tuple[int, float, float]:
     batch, at most its largest), then lr_find's suggestion at that batch size."""
     pl.seed_everything(0, verbose=False)
     pieces = lightning_cnn.build()
-    module = FinderModule(pieces["train"], lo, pieces["module"].hparams.lr)
+    module = FinderModule(lo, pieces["module"].hparams.lr)
+    module._train, module._val = pieces["train"], pieces["val"]
     with tempfile.TemporaryDirectory() as root:
         trainer = pl.Trainer(default_root_dir=root, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                             enable_model_summary=False, accelerator="auto", devices=1, max_epochs=1)
+                             enable_model_summary=False, accelerator="auto", devices=1, max_epochs=1000)
         tuner = pl.tuner.Tuner(trainer)
         t0 = time.perf_counter()
         batch = tuner.scale_batch_size(module, mode="power", init_val=lo, max_val=hi)
@@ -200,7 +209,8 @@ def hf_tta(batch: int | None, lr: float | None, seed: int, args: argparse.Namesp
 
 def tune_batch_answer(config_name: str, args: argparse.Namespace, out: Path) -> tuple[int, float, float]:
     """(batch size, lr, the search's seconds) recommended by a tune_batch search of the example."""
-    cfg = load_config(REPO / "configs" / f"{config_name}.yaml", [f"budget.trials={args.trials}"])
+    # the optuna backend: the trials run in this process too, as the finders do
+    cfg = load_config(REPO / "configs" / f"{config_name}.yaml", [f"budget.trials={args.trials}", "search.backend=optuna"])
     t0 = time.perf_counter()
     result = search(cfg, out / config_name, quiet=True)
     cost = time.perf_counter() - t0
