@@ -210,7 +210,8 @@ def hf_tta(batch: int | None, lr: float | None, seed: int, args: argparse.Namesp
 def tune_batch_answer(config_name: str, args: argparse.Namespace, out: Path) -> tuple[int, float, float]:
     """(batch size, lr, the search's seconds) recommended by a tune_batch search of the example."""
     # the optuna backend: the trials run in this process too, as the finders do
-    cfg = load_config(REPO / "configs" / f"{config_name}.yaml", [f"budget.trials={args.trials}", "search.backend=optuna"])
+    overrides = [f"budget.trials={args.trials}", "search.backend=optuna"]
+    cfg = load_config(REPO / "configs" / f"{config_name}.yaml", overrides)
     t0 = time.perf_counter()
     result = search(cfg, out / config_name, quiet=True)
     cost = time.perf_counter() - t0
