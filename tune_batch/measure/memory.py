@@ -115,7 +115,9 @@ def live_tensor_bytes(device_type: str = "cpu") -> int:
         if obj.device.type == device_type:
             try:
                 s = obj.untyped_storage()
-            except (RuntimeError, NotImplementedError):  # sparse, nested and other storage-less layouts
+                storages[s.data_ptr()] = s.nbytes()
+            except (RuntimeError, NotImplementedError):
+                # sparse, nested and other storage-less layouts; the fake tensors a torch.compile
+                # left reachable have a storage but no data pointer (they hold no memory)
                 continue
-            storages[s.data_ptr()] = s.nbytes()
     return sum(storages.values())
