@@ -277,12 +277,10 @@ def test_no_trial_leaves_memory_allocated(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_live_tensor_bytes_passes_over_fake_tensors_a_compile_leaves_reachable() -> None:
-    # torch.compile leaves FakeTensors reachable in the process: they have no data pointer
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    # torch.compile leaves tensors without a data pointer reachable in the process (FakeTensors):
+    # every later count (a confirmation run's memory watch) must pass over them
+    import torch
 
-    with FakeTensorMode():
-        import torch
-
-        fake = torch.empty(1024)
-    before = live_tensor_bytes()
-    assert before >= 0 and fake.shape == (1024,)  # counted without error; the fake holds no memory
+    compiled = torch.compile(torch.nn.Linear(8, 8))
+    compiled(torch.randn(4, 8)).sum().backward()
+    assert live_tensor_bytes() > 0
