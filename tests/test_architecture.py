@@ -182,6 +182,16 @@ def test_the_floor_check_can_fail() -> None:
     assert len(bad) == 2 and "output.text" in bad[0] and "decide.confirm" in bad[1]
 
 
+def test_the_backends_run_what_they_are_handed_and_plan_nothing() -> None:
+    # one owner for the stages (pipeline.stages): no backend module reads the decision's planning
+    planners = ("tune_batch.decide", "tune_batch.pipeline")
+    bad = {name: sorted(t for t in targets if t.startswith(planners))
+           for name, targets in _graph().items() if name.startswith("tune_batch.backends")}
+    assert not {k: v for k, v in bad.items() if v}
+    stages = (PKG / "pipeline" / "stages.py").read_text()
+    assert "def run_stages" in stages and "class Backend" in stages
+
+
 @pytest.mark.parametrize("lib", sorted(ALLOWED))
 def test_heavy_libraries_only_where_they_belong(lib: str) -> None:
     offenders = []

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
+from tune_batch.analysis.notes import texts
 from tune_batch.analysis.pareto import parse_prefer
 from tune_batch.decide.confirm import first_reach, kendall_tau, search_noise_scale
 from tune_batch.decide.recommend import confirm_candidates, decide
@@ -311,7 +312,7 @@ def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained()
     assert report.recommended.trial_id == 1 and [r.trial_id for r in report.front] == [0]
     rows = render_table(report).splitlines()
     assert rows[-1].split()[:2] == ["*!", "1"]  # shown, last, marked: not a row the reader must look for
-    note = next(n for n in report.notes if "not on the short-budget front" in n)
+    note = next(n for n in texts(report.notes) if "not on the short-budget front" in n)
     assert "trial(s) 0 better beyond noise in samples_per_s and worse beyond it in nothing" in note, note
     payload = pareto_payload(report)
     assert payload["recommended_on_front"] is False and payload["recommended"]["trial_id"] == 1
@@ -322,8 +323,36 @@ def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained()
     # on the front: no such note, and the flag says so
     on = decide(cfg, short + [runs[0]])
     assert on.recommended.trial_id == 0 and pareto_payload(on)["recommended_on_front"] is True
-    assert not any("not on the short-budget front" in n for n in on.notes)
+    assert not any("not on the short-budget front" in n for n in texts(on.notes))
     assert "*!" not in render_table(on)
+
+
+def test_the_decision_keeps_notes_by_kind_and_not_by_their_words() -> None:
+    from tune_batch.analysis.notes import Note, NoteKind
+
+    cfg = tiny_config(objectives=OBJ)
+    short = [_rec(0, 1000, 0.90, b=64), _rec("0s1", 1010, 0.80, b=64, repeat_of=0, seed=1),
+             _rec("0s2", 990, 0.85, b=64, repeat_of=0, seed=2),
+             _rec(1, 500, 0.95, b=16), _rec("1s1", 510, 0.85, b=16, repeat_of=1, seed=1),
+             _rec("1s2", 490, 0.90, b=16, repeat_of=1, seed=2)]
+    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
+            _rec("1c0", 500, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
+    import tune_batch.analysis.report as report_mod
+
+    # the short budget's notes about its own choice, reworded: still dropped once confirmation decides
+    reworded = [Note(NoteKind.PICK, "some words about the short pick"), Note(NoteKind.DATA, "a data note")]
+    original = report_mod._within_noise_notes
+    report_mod._within_noise_notes = lambda *a: reworded  # type: ignore[assignment]
+    try:
+        short_only = decide(cfg, short)
+        confirmed = decide(cfg, short + runs)
+    finally:
+        report_mod._within_noise_notes = original
+    assert reworded[0] in short_only.notes and reworded[1] in short_only.notes
+    assert reworded[0] not in confirmed.notes and reworded[1] in confirmed.notes
+    kinds = {n.kind for n in confirmed.notes}
+    assert NoteKind.PICK not in kinds and NoteKind.DECISION in kinds  # "not on the short-budget front"
+    assert isinstance(confirmed.notes, tuple) and isinstance(short_only.notes, tuple)  # built once, not appended to
 
 
 def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:

@@ -14,6 +14,7 @@ import yaml
 
 from tests.conftest import REPO, tiny_config
 from tune_batch.analysis.growth import growth
+from tune_batch.analysis.notes import texts
 from tune_batch.analysis.report import build_report
 from tune_batch.config import Config, config_from_dict, load_config
 from tune_batch.errors import ConfigError
@@ -170,7 +171,8 @@ def test_the_recommendation_keeps_the_memory_margin_and_the_files_say_so(tmp_pat
     report = build_report(cfg, records)
     assert [r.trial_id for r in report.front] == [0]
     assert report.recommended.trial_id == 1 and report.recommended_on_front is False
-    assert any("trial 0 not recommended: its worst-case peak 95.0 MiB leaves 5% of the cap" in n for n in report.notes)
+    want = "trial 0 not recommended: its worst-case peak 95.0 MiB leaves 5% of the cap"
+    assert any(want in n for n in texts(report.notes))
     summary = render_summary(report)
     assert "memory: worst-case peak 40.0 MiB on cpu (2 threads), 60% under the cap (resources.device_memory) of " \
            "100.0 MiB (keeps resources.memory_margin 10%)" in summary
@@ -186,7 +188,7 @@ def test_the_recommendation_keeps_the_memory_margin_and_the_files_say_so(tmp_pat
     # a margin nothing keeps: no recommendation, said so
     tight = build_report(tiny_config(objectives=OBJ, resources={"device_memory": "100MiB", "memory_margin": 0.7}),
                          records)
-    assert tight.recommended is None and any("no measured config leaves" in n for n in tight.notes)
+    assert tight.recommended is None and any("no measured config leaves" in n for n in texts(tight.notes))
 
 
 def test_a_config_over_the_margin_is_not_chosen_from_the_confirmed_candidates() -> None:

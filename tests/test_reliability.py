@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
+from tune_batch.analysis.notes import texts
 from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
 from tune_batch.pipeline.search import search
 
@@ -100,7 +101,7 @@ def test_an_ok_trial_missing_an_objective_is_not_told_as_a_bad_point() -> None:
                                             "NVML read failed during the window after 0 sample(s)"}})
     assert seam.answer(cfg, rec) is None  # a FAIL for Optuna, not a 0.0
     report = build_report(cfg, [rec])
-    assert any("1 ok trial(s) lack an objective (device_util: NVML read failed" in n for n in report.notes)
+    assert any("1 ok trial(s) lack an objective (device_util: NVML read failed" in n for n in texts(report.notes))
 
 
 def _tree(root: int) -> set[int]:

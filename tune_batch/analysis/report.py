@@ -4,6 +4,7 @@ and what each front point trades. Its text forms are ``output.text``; drawing is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any
 
 from tune_batch.analysis.headroom import Headroom, headroom, keep_margin
 from tune_batch.analysis.noise import beyond, chance_floor
+from tune_batch.analysis.notes import Note, NoteKind
 from tune_batch.analysis.pareto import (
     KNEE_METHOD,
     Prefer,
@@ -36,10 +38,10 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     method: str = KNEE_METHOD
     hypervolume: float = 0.0
-    tradeoffs: dict[Any, list[str]] = field(default_factory=dict)
+    tradeoffs: dict[Any, list[str]] = field(default_factory=dict)  # front trial id -> what it trades
     points: dict[Any, Point] = field(default_factory=dict)  # trial id -> its runs' statistics
     noise: dict[str, NoiseLevel] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # within-noise pairs, the accuracy trade
+    notes: tuple[Note, ...] = ()  # within-noise pairs, the accuracy trade, ... (each with its kind)
     repeats: list[TrialResult] = field(default_factory=list)  # runs of front candidates with other seeds
     learned: bool = True  # some front point got beyond chance accuracy (see nothing_learned)
     confirmation: Any = None  # confirm.Confirmation, when confirmation runs exist
@@ -116,7 +118,7 @@ ACCURACY_SLACK = 0.05  # a recommendation this far below the best val_acc must b
 
 
 def _accuracy_guard(report_points: list[Point], front_pts: list[Point], k: int,
-                    metrics: list[str]) -> tuple[int, list[str]]:
+                    metrics: list[str]) -> tuple[int, list[Note]]:
     """Keep the knee only if it is within ACCURACY_SLACK of the best feasible val_acc or faster
     than the most accurate front point beyond noise; else recommend that point. Says which."""
     if "val_acc" not in metrics or "samples_per_s" not in metrics or not front_pts:
@@ -130,13 +132,15 @@ def _accuracy_guard(report_points: list[Point], front_pts: list[Point], k: int,
     ratio = rec.mean["samples_per_s"] / front_pts[top].mean["samples_per_s"]
     if beyond(rec.mean["samples_per_s"], front_pts[top].mean["samples_per_s"], rec.ci.get("samples_per_s"),
               front_pts[top].ci.get("samples_per_s")):
-        return k, [f"trade: the recommendation gives up {acc_gap:.3f} val_acc against trial "
-                   f"{front_pts[top].trial.trial_id} for {ratio:.2f}x samples/s (faster beyond noise)"]
-    return top, [f"trial {front_pts[top].trial.trial_id} recommended instead of the knee (trial {rec.trial.trial_id}): "
-                 f"the knee was {acc_gap:.3f} below the best val_acc and not faster beyond noise ({ratio:.2f}x)"]
+        return k, [Note(NoteKind.PICK, f"trade: the recommendation gives up {acc_gap:.3f} val_acc against trial "
+                                       f"{front_pts[top].trial.trial_id} for {ratio:.2f}x samples/s "
+                                       f"(faster beyond noise)")]
+    return top, [Note(NoteKind.PICK, f"trial {front_pts[top].trial.trial_id} recommended instead of the knee (trial "
+                                     f"{rec.trial.trial_id}): the knee was {acc_gap:.3f} below the best val_acc and "
+                                     f"not faster beyond noise ({ratio:.2f}x)")]
 
 
-def _within_noise_notes(front_pts: list[Point], k: int | None, metrics: list[str]) -> list[str]:
+def _within_noise_notes(front_pts: list[Point], k: int | None, metrics: list[str]) -> list[Note]:
     """One line naming the front points within noise of the recommended one in every objective."""
     if k is None:
         return []
@@ -146,8 +150,9 @@ def _within_noise_notes(front_pts: list[Point], k: int | None, metrics: list[str
         [p.ci.get(m) for m in metrics])]
     if not same:
         return []
-    return [f"within noise of the recommended trial {rec.trial.trial_id} in every objective: trial(s) "
-            f"{', '.join(same)}; more seeds (repeats.seeds) or a longer budget would tell them apart"]
+    return [Note(NoteKind.PICK, f"within noise of the recommended trial {rec.trial.trial_id} in every objective: "
+                                f"trial(s) {', '.join(same)}; more seeds (repeats.seeds) or a longer budget would "
+                                f"tell them apart")]
 
 
 def nothing_learned(config: Config, front_pts: list[Point], records: Sequence[TrialResult]) -> str | None:
@@ -182,34 +187,41 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
     front_pts = [feas[i] for i in idx]
     bounds = [(min(col), max(col)) for col in zip(*vals)] if vals else None
     k, method = choose([vals[i] for i in idx], metrics, directions, prefer, bounds)
-    notes: list[str] = []
+    notes: list[Note] = []
     if k is not None and prefer is None:
         k, notes = _accuracy_guard(feas, front_pts, k, metrics)
     rec, margin_notes = keep_margin(config, front_pts, feas, k, _chooser(metrics, directions, prefer, bounds))
     if margin_notes:  # the knee's notes were about another point
-        notes, k = margin_notes, next((i for i, p in enumerate(front_pts) if p is rec), None)
+        notes = [Note(NoteKind.MEMORY, n) for n in margin_notes]
+        k = next((i for i, p in enumerate(front_pts) if p is rec), None)
     notes += _within_noise_notes(front_pts, k, metrics)
     unmeasured = [r for r in searched if r.status is Status.OK and not r.metrics.has_finite(metrics)]
     if unmeasured:
         missing = sorted({m for r in unmeasured for m in metrics if r.metrics.value(m) is None
                           or not math.isfinite(r.metrics.value(m) or 0.0)})
         why = next((r.info.device_util_note for r in unmeasured if r.info.device_util_note), None)
-        notes.append(f"{len(unmeasured)} ok trial(s) lack an objective ({', '.join(missing)}"
-                     + (f": {why}" if why else "") + "): measured, but not on the front")
+        notes.append(Note(NoteKind.DATA, f"{len(unmeasured)} ok trial(s) lack an objective ({', '.join(missing)}"
+                          + (f": {why}" if why else "") + "): measured, but not on the front"))
     empty = nothing_learned(config, front_pts, latest)
     if empty:
-        rec, notes = None, [empty]
+        rec, notes = None, [Note(NoteKind.PICK, empty)]
     counts: dict[str, int] = {}
     for r in searched:
         counts[r.status.value] = counts.get(r.status.value, 0) + 1
     hv = hypervolume(normalise([vals[i] for i in idx], directions, bounds)) if idx else 0.0
     report = Report(config, searched, [p.trial for p in front_pts], rec.trial if rec is not None else None,
                     counts, list(warnings or []), method, hv, {}, {p.trial.trial_id: p for p in all_pts}, noise,
-                    notes, [r for r in latest if r.info.repeat_of is not None], empty is None)
-    if report.recommended is not None:
-        cap = cap_bytes(config.resources.device_memory, None)
-        report.tradeoffs.update({r.trial_id: tradeoffs(report, r, report.recommended, cap) for r in report.front})
-    return report
+                    tuple(notes), [r for r in latest if r.info.repeat_of is not None], empty is None)
+    return with_tradeoffs(report)
+
+
+def with_tradeoffs(report: Report) -> Report:
+    """``report`` with what each front point trades against its recommendation (none without one)."""
+    rec = report.recommended
+    if rec is None:
+        return dataclasses.replace(report, tradeoffs={})
+    cap = cap_bytes(report.config.resources.device_memory, None)
+    return dataclasses.replace(report, tradeoffs={r.trial_id: tradeoffs(report, r, rec, cap) for r in report.front})
 
 
 def _chooser(metrics: list[str], directions: list[str], prefer: Prefer,

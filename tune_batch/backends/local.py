@@ -8,7 +8,8 @@ trial's user attributes (see ``tune_batch.study.seam``, the one seam to Optuna).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import optuna
@@ -17,8 +18,7 @@ from tune_batch.analysis.objectives import utilization_warning
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import graceful, received
 from tune_batch.config import Config, SpaceConfig
-from tune_batch.decide.confirm import ConfirmJob
-from tune_batch.decide.repeats import RepeatJob, seeded
+from tune_batch.store.jobs import Job, JobKind, seeded
 from tune_batch.store.records import Params, Status, TrialResult, budget_used
 from tune_batch.store.rundir import RunDir
 from tune_batch.study import seam
@@ -114,9 +114,9 @@ def optimize(study: optuna.Study, objective: Objective, trials: int, callbacks: 
                        callbacks=[*callbacks, enough])
 
 
-def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | ConfirmJob], progress: Progress) -> None:
-    """Run each repeat (a searched config with another seed) or confirmation run (a longer
-    budget) in this process."""
+def run_jobs(config: Config, run_dir: RunDir, jobs: Sequence[Job], progress: Progress) -> None:
+    """Run each job in this process: a repeat (a searched config with another seed) or a
+    confirmation run (at length), until a signal stops them."""
     from tune_batch.trial import run_trial
     from tune_batch.trial.curve import confirm_run
 
@@ -125,13 +125,13 @@ def run_repeats(config: Config, run_dir: RunDir, jobs: Sequence[RepeatJob | Conf
             return
         progress.started()
         cfg = seeded(config, job.seed)
-        if isinstance(job, ConfirmJob):
-            res = confirm_run(cfg, job.params, trial_id=job.trial_id, confirm_of=job.confirm_of,
+        if job.kind is JobKind.CONFIRM:
+            res = confirm_run(cfg, job.params, trial_id=job.trial_id, confirm_of=job.of,
                               extra=job.params.extra or None)
         else:
             res = run_trial(cfg, job.params, trial_id=job.trial_id, extra=job.params.extra or None,
                             run_dir=run_dir.path)
-            res = res.replace(info=res.info.with_(repeat_of=job.repeat_of, seed=job.seed))
+            res = res.replace(info=res.info.with_(repeat_of=job.of, seed=job.seed))
         run_dir.append(res)
         progress.finished(res)
 
@@ -161,26 +161,26 @@ def _search_stage(config: Config, run_dir: RunDir, *, storage: Any, study_name: 
         optimize(study, objective, config.budget.trials, [stop_if_signalled], gc_after_trial=True)
 
 
-def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress,
-               policy: Policy, fresh: bool = True, plan_repeats: Callable[[], list[RepeatJob]] | None = None,
-               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None,
-               trials_left: int | None = None) -> None:
-    """Run ``trials_left`` trials (all of ``budget.trials`` when None) in this process on the
-    stored study, then the repeats ``plan_repeats`` asks for, then the confirmation runs
-    ``plan_confirm`` asks for."""
-    left = config.budget.trials if trials_left is None else trials_left
-    if left > 0:
-        searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": left})})
-        _search_stage(searching, run_dir, storage=storage, study_name=study_name, progress=progress, policy=policy,
-                      fresh=fresh, sampler_seed=sampler_seed)
-    # the stages after the search, each planned from the records the one before it left
-    stages: list[tuple[Callable[[], Sequence[RepeatJob | ConfirmJob]] | None, Callable[[int], None]]] = [
-        (plan_repeats, progress.repeating), (plan_confirm, progress.confirming)]
-    for plan, announce in stages:
-        if received["signal"] is not None:
-            return
-        jobs = plan() if plan is not None else []
-        if jobs:
-            announce(len(jobs))
-            with graceful():
-                run_repeats(config, run_dir, jobs, progress)
+class LocalBackend:
+    """The in-process backend's two verbs (see ``pipeline.stages``) on one stored study."""
+
+    def __init__(self, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress, policy: Policy,
+                 fresh: bool, sampler_seed: int | None) -> None:
+        self.run_dir, self.storage, self.study_name = run_dir, storage, study_name
+        self.progress, self.policy, self.fresh, self.sampler_seed = progress, policy, fresh, sampler_seed
+
+    def run_trials(self, config: Config, trials: int) -> None:
+        """``trials`` trials proposed by the study's sampler, in this process."""
+        searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": trials})})
+        _search_stage(searching, self.run_dir, storage=self.storage, study_name=self.study_name,
+                      progress=self.progress, policy=self.policy, fresh=self.fresh, sampler_seed=self.sampler_seed)
+
+    def run_jobs(self, config: Config, jobs: Sequence[Job], kind: JobKind) -> None:
+        with graceful():
+            run_jobs(config, self.run_dir, jobs, self.progress)
+
+
+@contextmanager
+def session(run_dir: RunDir, **kwargs: Any) -> Iterator[LocalBackend]:
+    """The in-process backend (nothing to start or stop)."""
+    yield LocalBackend(run_dir, **kwargs)

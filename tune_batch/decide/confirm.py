@@ -18,6 +18,7 @@ from typing import Any
 from tune_batch.analysis.noise import chance_floor
 from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
+from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult
 
 
@@ -25,27 +26,12 @@ def _reached(value: float, target: float, maximize: bool) -> bool:
     return value >= target if maximize else value <= target
 
 
-@dataclass(frozen=True)
-class ConfirmJob:
-    """One confirmation run of a searched trial's config (with a seed)."""
-
-    trial_id: str
-    confirm_of: int | str | None
-    params: Params
-    seed: int
-
-    def spec(self) -> dict[str, object]:
-        """As a Tune trial's config: the params and the control keys of ``trainable``."""
-        return {**self.params.to_dict(), "trial_number": self.trial_id, "seed": self.seed,
-                "confirm_of": self.confirm_of}
-
-
 #: ``confirm_of`` of the baseline's confirmation runs (``baseline:``; trial ids ``baseline-c<seed>``).
 BASELINE = "baseline"
 
 
 def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
-         baseline: Params | None = None) -> list[ConfirmJob]:
+         baseline: Params | None = None) -> list[Job]:
     """``confirm.seeds`` runs of each candidate and of the ``baseline`` (confirm_of "baseline"),
     seed-major (every config once, then again: slow drift of a shared machine spreads over all of
     them), those in ``done`` left out."""
@@ -53,11 +39,11 @@ def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
     for k in range(config.confirm.seeds):
         seed = config.search.seed + k
         for r in candidates:  # a data-parallel config as a worker group, on the path of its trials
-            job = ConfirmJob(f"{r.trial_id}c{seed}", r.trial_id, r.params, seed)
+            job = Job(f"{r.trial_id}c{seed}", JobKind.CONFIRM, r.trial_id, r.params, seed)
             if job.trial_id not in done:
                 out.append(job)
         if baseline is not None and candidates and f"{BASELINE}-c{seed}" not in done:
-            out.append(ConfirmJob(f"{BASELINE}-c{seed}", BASELINE, baseline, seed))
+            out.append(Job(f"{BASELINE}-c{seed}", JobKind.CONFIRM, BASELINE, baseline, seed))
     return out
 
 

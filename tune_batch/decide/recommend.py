@@ -11,13 +11,13 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from tune_batch.analysis.notes import Note, NoteKind
 from tune_batch.analysis.pareto import Prefer, better_beyond
-from tune_batch.analysis.report import Report, build_report, latest_per_trial, tradeoffs
+from tune_batch.analysis.report import Report, build_report, latest_per_trial, with_tradeoffs
 from tune_batch.config import Config
 from tune_batch.decide.baseline import compare
 from tune_batch.decide.confirm import BASELINE, confirm, samples_factor, search_noise_scale
 from tune_batch.decide.repeats import candidates
-from tune_batch.measure.oom import cap_bytes
 from tune_batch.store.records import TrialResult
 
 TIME_TO_TARGET = "time_to_target"
@@ -161,22 +161,19 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
                else "no confirmed candidate reached the target" + (" and left resources.memory_margin"
                                                                     if conf.excluded else ""))
         return dataclasses.replace(report, recommended=None, method=f"time_to_target: {why}", tradeoffs={},
-                                   notes=[*report.notes, f"{why}: no recommendation"])
-    # the short budget's notes about its own recommendation no longer apply
-    stale = ("nothing was learned", "within noise of the recommended", "trade: the recommendation")
-    notes = [n for n in report.notes if not n.startswith(stale) and "recommended instead of the knee" not in n]
+                                   notes=(*report.notes, Note(NoteKind.DECISION, f"{why}: no recommendation")))
+    # the short budget's notes about its own choice no longer apply
+    notes = [n for n in report.notes if n.kind is not NoteKind.PICK]
     short = report.recommended
     if short is not None and short.trial_id != best.trial.trial_id:
-        notes.append(f"the short trials alone would have recommended trial {short.trial_id} (batch_size="
-                     f"{short.params.batch_size} lr={short.params.lr:.3g}); confirmation at length chose trial "
-                     f"{best.trial.trial_id}")
+        notes.append(Note(NoteKind.DECISION, f"the short trials alone would have recommended trial {short.trial_id} "
+                                             f"(batch_size={short.params.batch_size} lr={short.params.lr:.3g}); "
+                                             f"confirmation at length chose trial {best.trial.trial_id}"))
     method = (f"{DEVICE_SECONDS if devices else TIME_TO_TARGET}: the shortest estimated "
               f"{'device-seconds (wall x num_gpus)' if devices else 'time'} to {conf.metric} {conf.target:.4g}, from "
               f"confirmation runs of {conf.train_samples:.0f} samples and the time the noise scale predicts")
-    report = dataclasses.replace(report, recommended=best.trial, method=method, notes=notes, learned=True, tradeoffs={})
+    report = dataclasses.replace(report, recommended=best.trial, method=method, learned=True)
     off = off_front_note(report)
     if off:
-        report.notes.append(off)
-    cap = cap_bytes(config.resources.device_memory, None)
-    report.tradeoffs.update({r.trial_id: tradeoffs(report, r, best.trial, cap) for r in report.front})
-    return report
+        notes.append(Note(NoteKind.DECISION, off))
+    return with_tradeoffs(dataclasses.replace(report, notes=tuple(notes)))

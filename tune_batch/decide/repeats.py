@@ -4,30 +4,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from tune_batch.analysis.pareto import normalise
 from tune_batch.analysis.report import Report
 from tune_batch.config import Config
-from tune_batch.store.records import Params, TrialResult
-
-
-@dataclass(frozen=True)
-class RepeatJob:
-    """One more run of a searched trial's config with another seed."""
-
-    trial_id: str
-    repeat_of: int | str | None
-    params: Params
-    seed: int
-
-    def spec(self) -> dict[str, object]:
-        """As a Tune trial's config: the params and the control keys of ``trainable``."""
-        return {**self.params.to_dict(), "trial_number": self.trial_id, "seed": self.seed, "repeat_of": self.repeat_of}
-
-
-def seeded(config: Config, seed: int) -> Config:
-    return config.model_copy(update={"search": config.search.model_copy(update={"seed": seed})})
+from tune_batch.store.jobs import Job, JobKind
+from tune_batch.store.records import TrialResult
 
 
 def candidates(report: Report, n: int) -> list[TrialResult]:
@@ -51,14 +33,14 @@ def candidates(report: Report, n: int) -> list[TrialResult]:
     return out[:n]
 
 
-def jobs(config: Config, report: Report, done: set[object]) -> list[RepeatJob]:
+def jobs(config: Config, report: Report, done: set[object]) -> list[Job]:
     """The repeats still to run: ``repeats.seeds`` other seeds of each candidate, those in
     ``done`` (trial ids already recorded) left out."""
     out = []
     for r in candidates(report, config.repeats.candidates):
         for k in range(1, config.repeats.seeds + 1):
             seed = config.search.seed + k
-            job = RepeatJob(f"{r.trial_id}s{seed}", r.trial_id, r.params, seed)
+            job = Job(f"{r.trial_id}s{seed}", JobKind.REPEAT, r.trial_id, r.params, seed)
             if job.trial_id not in done:
                 out.append(job)
     return out

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from tune_batch.analysis.notes import texts
 from tune_batch.analysis.pareto import REFERENCE
 from tune_batch.analysis.report import Report
 from tune_batch.config import dump_config
@@ -53,7 +54,7 @@ def pareto_payload(report: Report) -> dict[str, object]:
                                  f"reference point {REFERENCE} in every objective",
         "tradeoffs_vs_recommended": {str(k): v for k, v in report.tradeoffs.items()},
         "noise": {m: level.to_dict() for m, level in report.noise.items()},
-        "notes": report.notes,
+        "notes": texts(report.notes),
         "learned": report.learned,
         "confirmation": report.confirmation.to_dict(report.front) if report.confirmation is not None else None,
         "baseline": report.baseline.to_dict() if report.baseline is not None else None,

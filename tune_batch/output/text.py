@@ -9,6 +9,7 @@ from typing import Any
 
 from tune_batch.analysis.growth import describe
 from tune_batch.analysis.headroom import growth_line
+from tune_batch.analysis.notes import texts
 from tune_batch.analysis.points import SHOWN_LEVELS
 from tune_batch.analysis.report import Report
 from tune_batch.decide.confirm import Candidate, Confirmation, first_reach, predictions, step_before
@@ -125,7 +126,7 @@ def render_summary(report: Report) -> str:
     lines.append(", ".join(parts) + f"; Pareto front: {len(report.front)} configuration(s){hv}")
     lines += [f"warning: {w}" for w in report.warnings]
     if not report.front:
-        lines += report.notes
+        lines += texts(report.notes)
         lines.append("no feasible trial: nothing is on the Pareto front (see results.csv for the reasons)")
         return "\n".join(lines)
     objs = ", ".join(f"{o.direction} {o.metric}" for o in report.config.objectives)
@@ -146,7 +147,7 @@ def render_summary(report: Report) -> str:
         room = report.headroom(rec)
         lines += [f"  {line}" for line in (growth_line(room), room.line()) if line]
         lines += [f"  {line}" for line in tradeoff_lines(report)]
-    lines += report.notes
+    lines += texts(report.notes)
     return "\n".join(lines)
 
 

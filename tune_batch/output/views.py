@@ -9,6 +9,7 @@ import html
 import statistics
 from typing import Any
 
+from tune_batch.analysis.notes import texts
 from tune_batch.analysis.objectives import is_feasible
 from tune_batch.analysis.report import Report
 from tune_batch.output.text import confirm_lines, noise_lines, tradeoff_lines
@@ -46,7 +47,7 @@ def answer_html(report: Report) -> str:
         parts.append("<p>Against the other configurations on the front (each difference +- its noise):</p><ul>"
                      + "".join(f"<li>{html.escape(t.strip())}</li>" for t in trade) + "</ul>")
     conf = confirm_lines(report.confirmation) if report.confirmation is not None else []
-    rest = [*noise_lines(report), *conf, *report.notes]
+    rest = [*noise_lines(report), *conf, *texts(report.notes)]
     if rest:
         parts.append("<ul class='detail'>" + "".join(f"<li>{html.escape(x.strip())}</li>" for x in rest) + "</ul>")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items()))

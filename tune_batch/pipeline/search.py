@@ -13,27 +13,26 @@ import signal
 import socket
 import time
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from tune_batch.analysis.pareto import Prefer
-from tune_batch.analysis.report import Report, build_report, latest_per_trial
+from tune_batch.analysis.report import Report, latest_per_trial
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import received
 from tune_batch.config import Config
-from tune_batch.decide.baseline import params_of as baseline_params
-from tune_batch.decide.confirm import ConfirmJob
-from tune_batch.decide.confirm import jobs as confirm_jobs
-from tune_batch.decide.recommend import confirm_candidates, decide
-from tune_batch.decide.repeats import RepeatJob
-from tune_batch.decide.repeats import jobs as repeat_jobs
+from tune_batch.decide.recommend import decide
 from tune_batch.errors import ConfigError, SearchInterrupted, UserError
 from tune_batch.output.files import write_files
 from tune_batch.output.text import render_summary
 from tune_batch.output.tracking import check_trackers
+from tune_batch.pipeline import stages
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
+from tune_batch.pipeline.stages import Backend, run_stages
 from tune_batch.store.records import TrialResult, budget_used
 from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
@@ -137,47 +136,10 @@ def _one_worker_only(config: Config, progress: Progress) -> Config:
     return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
 
 
-def _repeats_of(config: Config, records: list[TrialResult]) -> list[RepeatJob]:
-    """The repeats the finished search still needs, given its records; none while the search
-    itself is unfinished (stopped by a signal)."""
-    # chosen from the searched trials alone, so that a resumed search picks the same candidates
-    searched = [r for r in latest_per_trial(records) if r.searched]
-    if budget_used(searched) < config.budget.trials:
-        return []
-    return repeat_jobs(config, build_report(config, searched), {r.trial_id for r in records})
-
-
-def _confirms_of(config: Config, records: list[TrialResult]) -> list[ConfirmJob]:
-    """The confirmation runs still needed, once the search and its repeats are complete: the
-    candidates of the report of both (the same on a resumed search)."""
-    if config.confirm_metric is None:  # train.evaluate measures no objective to read time to target on
-        return []
-    searched = [r for r in latest_per_trial(records) if r.searched]
-    if budget_used(searched) < config.budget.trials or _repeats_of(config, records):
-        return []
-    base = build_report(config, [r for r in records if r.info.confirm_of is None])
-    return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records}, baseline_params(config))
-
-
-def _plan_repeats(config: Config, run_dir: RunDir) -> list[RepeatJob]:
-    return _repeats_of(config, run_dir.records()[0])
-
-
-def _plan_confirm(config: Config, run_dir: RunDir) -> list[ConfirmJob]:
-    return _confirms_of(config, run_dir.records()[0])
-
-
-def _stages_pending(config: Config, run_dir: RunDir) -> bool:
-    """Repeats or confirmation runs still to run (the records read once)."""
-    records = run_dir.records()[0]
-    return bool(_repeats_of(config, records) or _confirms_of(config, records))
-
-
 def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progress: Progress, *,
                  address: str | None, storage_url: str | None, study_name: str | None, verbose: bool) -> None:
-    """Run the trials still to run (``config.budget.trials`` minus ``done``) on the backend, then
-    the stages after the search. The stages' jobs get the whole config: only the search stage
-    runs the trials left (a remaining budget of 0 is no valid config in a trial process)."""
+    """Open the study and run what is still to run, stage by stage (``pipeline.stages``), on
+    the configured backend."""
     from tune_batch.study import seam
 
     storage = seam.open_storage(storage_url or run_dir.study_url)
@@ -189,28 +151,24 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         progress.warn(f"the Optuna study {name!r} was empty or missing (study.db deleted?): rebuilt from "
                       f"{run_dir.trials_path} ({n} trial(s)); trial numbers go on after them")
         fresh = False
-    trials_left = max(0, config.budget.trials - budget_used(done))
-    policy = Policy(config, done)
-    plan_repeats = partial(_plan_repeats, config, run_dir)
-    plan_confirm = partial(_plan_confirm, config, run_dir)
     # a continued search draws other random proposals than its first part did (the same seed
     # would start the sampler's random stream again and re-propose points already measured)
-    sampler_seed = config.search.seed + len(done)
+    common = {"storage": storage, "study_name": name, "progress": progress, "policy": Policy(config, done),
+              "fresh": fresh, "sampler_seed": config.search.seed + len(done)}
+    open_backend: Callable[[], AbstractContextManager[Backend]]
+    if config.search.backend == "optuna":
+        from tune_batch.backends import local
+
+        config = _one_worker_only(config, progress)
+        open_backend = partial(local.session, run_dir, **common)
+    else:
+        from tune_batch.backends import ray as ray_backend
+
+        trials_left = max(0, config.budget.trials - budget_used(done))
+        open_backend = partial(ray_backend.session, config, run_dir, address=address or config.search.address,
+                               verbose=verbose, trials_left=trials_left, **common)
     with quiet_libraries(verbose):
-        if config.search.backend == "optuna":
-            from tune_batch.backends import local as local_backend
-
-            local_backend.run_search(_one_worker_only(config, progress), run_dir, storage=storage,
-                                      study_name=name, progress=progress, policy=policy, fresh=fresh,
-                                      plan_repeats=plan_repeats, plan_confirm=plan_confirm, sampler_seed=sampler_seed,
-                                      trials_left=trials_left)
-        else:
-            from tune_batch.backends import ray as ray_backend
-
-            ray_backend.run_search(config, run_dir, storage=storage, study_name=name, progress=progress,
-                                   policy=policy, address=address or config.search.address, verbose=verbose,
-                                   fresh=fresh, plan_repeats=plan_repeats, plan_confirm=plan_confirm,
-                                   sampler_seed=sampler_seed, trials_left=trials_left)
+        run_stages(config, run_dir, open_backend, progress)
 
 
 def search(config: Config, output: str | Path | None = None, *, address: str | None = None,
@@ -315,7 +273,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                      f"{max(0, config.budget.trials - used_before)} to run")
     stopped = False
     received["signal"] = None
-    if config.budget.trials > used_before or _stages_pending(config, run_dir):
+    if stages.pending(config, previous):
         try:
             _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
                          study_name=study_name, verbose=verbose)
@@ -331,7 +289,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     # fewer searched records than the budget: the search was stopped (every trial that ends,
     # however it ends, is recorded), whichever backend caught the signal
     used = budget_used(report.records)
-    interrupted = stopped or used < config.budget.trials or _stages_pending(config, run_dir)
+    interrupted = stopped or used < config.budget.trials or stages.pending(config, records)
     if not quiet:
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",

@@ -2,11 +2,11 @@
 instance), ``resources`` (what a trial asks for), ``searcher`` (OptunaSearch through the Optuna
 seam), ``trainable`` (one trial, with the ``watchdog``), ``data_parallel`` (Ray Train worker
 groups), ``callbacks`` (records and progress on the driver), ``cleanup`` (orphaned worker
-groups) and ``search`` (the Tuner)."""
+groups) and ``search`` (the Tuner, and the session whose two verbs run trials and planned jobs)."""
 
 from __future__ import annotations
 
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
-from tune_batch.backends.ray.search import run_search
+from tune_batch.backends.ray.search import session
 
-__all__ = ["ResourcePlan", "plan_resources", "run_search"]
+__all__ = ["ResourcePlan", "plan_resources", "session"]

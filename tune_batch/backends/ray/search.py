@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -16,11 +17,10 @@ from tune_batch.backends.ray.cleanup import GroupSweeper
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
 from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
 from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray_session
-from tune_batch.backends.ray.trainable import ray_trainable, repeat_trainable
+from tune_batch.backends.ray.trainable import job_trainable, ray_trainable
 from tune_batch.config import Config
 from tune_batch.config.callables import registered
-from tune_batch.decide.confirm import ConfirmJob
-from tune_batch.decide.repeats import RepeatJob
+from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
 from tune_batch.study.samplers import make_sampler, probe_rule
@@ -78,11 +78,11 @@ def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any
     _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, EXPERIMENT)
 
 
-def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence[RepeatJob | ConfirmJob],
-             progress: Progress, verbose: bool, kind: str = "repeats") -> None:
+def _jobs(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence[Job], progress: Progress,
+          verbose: bool, kind: str) -> None:
     specs = [job.spec() for job in jobs]
     trainable = tune.with_resources(
-        tune.with_parameters(repeat_trainable, specs=specs, config_dict=config.to_dict(), callables=registered(),
+        tune.with_parameters(job_trainable, specs=specs, config_dict=config.to_dict(), callables=registered(),
                              run_dir=str(run_dir.path.resolve()), plan=plan),
         lambda spec: plan.for_trial(specs[spec["job"]]),
     )
@@ -94,30 +94,36 @@ def _repeats(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence
                {"job": tune.grid_search(list(range(len(specs))))})
 
 
-def run_search(config: Config, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress, policy: Policy,
-               address: str | None = None, verbose: bool = False, fresh: bool = True,
-               plan_repeats: Callable[[], list[RepeatJob]] | None = None,
-               plan_confirm: Callable[[], list[ConfirmJob]] | None = None, sampler_seed: int | None = None,
-               trials_left: int | None = None) -> None:
-    """Run (or continue) the search of ``config`` on Ray Tune (``trials_left`` trials; all of
-    ``budget.trials`` when None), then the repeats of front candidates ``plan_repeats`` asks
-    for, then the confirmation runs ``plan_confirm`` asks for, in the same Ray session; records
-    go to ``run_dir``."""
-    left = config.budget.trials if trials_left is None else trials_left
-    searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": max(1, left)})})
+class RayBackend:
+    """The Ray backend's two verbs (see ``pipeline.stages``), inside one Ray session."""
+
+    def __init__(self, run_dir: RunDir, plan: ResourcePlan, *, storage: Any, study_name: str, progress: Progress,
+                 policy: Policy, verbose: bool, fresh: bool, sampler_seed: int) -> None:
+        self.run_dir, self.plan, self.storage, self.study_name = run_dir, plan, storage, study_name
+        self.progress, self.policy, self.verbose, self.fresh = progress, policy, verbose, fresh
+        self.sampler_seed = sampler_seed
+
+    def run_trials(self, config: Config, trials: int) -> None:
+        """``trials`` trials proposed by the study's sampler, as Tune trials."""
+        searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": trials})})
+        _search(searching, self.run_dir, self.plan, storage=self.storage, study_name=self.study_name,
+                progress=self.progress, policy=self.policy, verbose=self.verbose, fresh=self.fresh,
+                sampler_seed=self.sampler_seed)
+
+    def run_jobs(self, config: Config, jobs: Sequence[Job], kind: JobKind) -> None:
+        """Planned jobs as one Tune experiment ("repeats" or "confirm")."""
+        _jobs(config, self.run_dir, self.plan, jobs, self.progress, self.verbose,
+              "confirm" if kind is JobKind.CONFIRM else "repeats")
+
+
+@contextmanager
+def session(config: Config, run_dir: RunDir, *, address: str | None, verbose: bool, trials_left: int,
+            **kwargs: Any) -> Iterator[RayBackend]:
+    """A Ray session (started here, or joined at ``address``) with the resource plan of
+    ``config``'s trials, announced once; closed (and cleaned up) on leaving."""
+    planning = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": max(1, trials_left)})})
     with ray_session(address, verbose=verbose) as cluster:
         check_client_run_dir(address, str(run_dir.path.resolve()))
-        plan = plan_resources(searching, cluster, node_cpus())
-        _announce(config, plan, cluster, progress)
-        if left > 0:
-            _search(searching, run_dir, plan, storage=storage, study_name=study_name, progress=progress, policy=policy,
-                    verbose=verbose, fresh=fresh,
-                    sampler_seed=config.search.seed if sampler_seed is None else sampler_seed)
-        jobs = plan_repeats() if plan_repeats is not None else []
-        if jobs:
-            progress.repeating(len(jobs))
-            _repeats(config, run_dir, plan, jobs, progress, verbose)
-        confirm_jobs = plan_confirm() if plan_confirm is not None else []
-        if confirm_jobs:
-            progress.confirming(len(confirm_jobs))
-            _repeats(config, run_dir, plan, confirm_jobs, progress, verbose, "confirm")
+        plan = plan_resources(planning, cluster, node_cpus())
+        _announce(config, plan, cluster, progress=kwargs["progress"])
+        yield RayBackend(run_dir, plan, verbose=verbose, **kwargs)

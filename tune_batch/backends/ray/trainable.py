@@ -14,7 +14,7 @@ from tune_batch.backends.ray.resources import ResourcePlan
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog
 from tune_batch.config import Config, config_from_dict
 from tune_batch.config.callables import install
-from tune_batch.decide.repeats import seeded
+from tune_batch.store.jobs import seeded
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.study.admission import skipped
 from tune_batch.trial.faults import TrialTimeout
@@ -34,9 +34,9 @@ def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
     return payload
 
 
-def repeat_trainable(spec: dict[str, Any], *, specs: list[dict[str, Any]], config_dict: dict[str, Any], run_dir: str,
-                     plan: ResourcePlan, callables: dict[str, Any] | None = None) -> None:
-    """A repeat's Tune function: the job ``spec["job"]`` of ``specs``, measured as any trial."""
+def job_trainable(spec: dict[str, Any], *, specs: list[dict[str, Any]], config_dict: dict[str, Any], run_dir: str,
+                  plan: ResourcePlan, callables: dict[str, Any] | None = None) -> None:
+    """A planned job's Tune function: the job ``spec["job"]`` of ``specs``, measured as any trial."""
     ray_trainable(specs[spec["job"]], config_dict=config_dict, run_dir=run_dir, plan=plan, callables=callables)
 
 

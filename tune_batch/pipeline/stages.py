@@ -1,0 +1,94 @@
+"""The stages of a search, in one place: the search's trials, then the repeats of its front
+candidates, then the confirmation runs at length. Each stage is planned here from the records
+the stage before it left (so a resumed search plans the same jobs and runs only what is
+missing); a backend only runs what it is handed, through its two verbs:
+
+- ``run_trials(config, n)``: ``n`` trials proposed by the study's sampler;
+- ``run_jobs(config, jobs, kind)``: planned jobs (``store.jobs.Job``), repeats or confirmation runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from tune_batch.analysis.report import build_report, latest_per_trial
+from tune_batch.backends.progress import Progress
+from tune_batch.backends.signals import received
+from tune_batch.config import Config
+from tune_batch.decide.baseline import params_of as baseline_params
+from tune_batch.decide.confirm import jobs as confirm_jobs
+from tune_batch.decide.recommend import confirm_candidates
+from tune_batch.decide.repeats import jobs as repeat_jobs
+from tune_batch.store.jobs import Job, JobKind
+from tune_batch.store.records import TrialResult, budget_used
+from tune_batch.store.rundir import RunDir
+
+
+class Backend(Protocol):
+    """What a backend offers inside one session (one Ray instance, or this process)."""
+
+    def run_trials(self, config: Config, trials: int) -> None: ...
+
+    def run_jobs(self, config: Config, jobs: Sequence[Job], kind: JobKind) -> None: ...
+
+
+def _searched(records: Sequence[TrialResult]) -> list[TrialResult]:
+    return [r for r in latest_per_trial(records) if r.searched]
+
+
+def repeats_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
+    """The repeats the finished search still needs, given its records; none while the search
+    itself is unfinished (stopped by a signal)."""
+    # chosen from the searched trials alone, so that a resumed search picks the same candidates
+    searched = _searched(records)
+    if budget_used(searched) < config.budget.trials:
+        return []
+    return repeat_jobs(config, build_report(config, searched), {r.trial_id for r in records})
+
+
+def confirms_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
+    """The confirmation runs still needed, once the search and its repeats are complete: the
+    candidates of the report of both (the same on a resumed search)."""
+    if config.confirm_metric is None:  # train.evaluate measures no objective to read time to target on
+        return []
+    if budget_used(_searched(records)) < config.budget.trials or repeats_of(config, records):
+        return []
+    base = build_report(config, [r for r in records if r.info.confirm_of is None])
+    return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records}, baseline_params(config))
+
+
+#: The stages after the search, in order: what plans each, and how progress announces it.
+AFTER_SEARCH: tuple[tuple[JobKind, Callable[[Config, Sequence[TrialResult]], list[Job]]], ...] = (
+    (JobKind.REPEAT, repeats_of),
+    (JobKind.CONFIRM, confirms_of),
+)
+
+
+def pending(config: Config, records: Sequence[TrialResult]) -> bool:
+    """Whether any trial or job is still to run, given the records."""
+    return (budget_used(_searched(records)) < config.budget.trials
+            or any(plan(config, records) for _, plan in AFTER_SEARCH))
+
+
+def run_stages(config: Config, run_dir: RunDir, open_backend: Callable[[], AbstractContextManager[Backend]],
+               progress: Progress) -> None:
+    """Run what the records say is still to run, stage by stage, inside one backend session
+    (opened only when something is to run). Every stage's jobs get the whole config; only the
+    search stage runs the trials left (a budget of 0 is no valid config in a trial process)."""
+    records = run_dir.records()[0]
+    if not pending(config, records):
+        return
+    with open_backend() as backend:
+        left = config.budget.trials - budget_used(_searched(records))
+        if left > 0:
+            backend.run_trials(config, left)
+        for kind, plan in AFTER_SEARCH:
+            if received["signal"] is not None:  # stopped: what is recorded stays, the rest runs on resume
+                return
+            jobs = plan(config, run_dir.records()[0])
+            if jobs:
+                (progress.repeating if kind is JobKind.REPEAT else progress.confirming)(len(jobs))
+                backend.run_jobs(config, jobs, kind)
+
