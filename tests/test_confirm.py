@@ -438,3 +438,61 @@ def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
     # the baseline is not a candidate and not a search trial
     assert all(c["trial_id"] != "baseline" for c in pareto["confirmation"]["candidates"])
     assert len(res.records) == 3
+
+
+def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> None:
+    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3})
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=32, lr=0.001)]
+    # batch 16 reaches 0.95 x the best first (the default rule), batch 64 ends higher at the
+    # goal's length beyond the runs' noise: the goal asks for the best at its length
+    runs = [_rec(f"0c{s}", 1000, 0.99, b=64, confirm_of=0, seed=s, train_samples_done=400,
+                 curve=_curve([0.3, 0.6, 0.9, 0.99 - 0.002 * s], step_s=1.0)) for s in (0, 1)]
+    runs += [_rec(f"1c{s}", 600, 0.95, b=16, confirm_of=1, seed=s, train_samples_done=400,
+                  curve=_curve([0.80, 0.95, 0.955, 0.95 + 0.002 * s], step_s=1.5)) for s in (0, 1)]
+    default = decide(tiny_config(objectives=OBJ), short + runs)
+    assert default.recommended.trial_id == 1 and not default.confirmation.at_length
+    report = decide(cfg, short + runs)
+    conf = report.confirmation
+    assert conf.at_length and report.recommended.trial_id == 0
+    assert report.method.startswith("best_at_length") and conf.to_dict()["rule"] == "best_at_length"
+    assert "goal: the best val_acc after the run's 400 samples decides" in render_summary(report)
+    # within noise of each other at the length: the one whose runs took less time
+    tied = [_rec(f"1c{s}", 600, 0.99, b=16, confirm_of=1, seed=s,
+                 curve=_curve([0.80, 0.93, 0.97, 0.99 - 0.004 * s], step_s=0.5)) for s in (0, 1)]
+    assert decide(cfg, short + runs[:2] + tied).recommended.trial_id == 1
+
+
+def test_a_goal_target_is_the_confirmation_target() -> None:
+    cfg = tiny_config(objectives=OBJ, goal={"target": 0.9}, confirm={"candidates": 3})
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16)]
+    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
+            _rec("1c0", 600, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
+    conf = decide(cfg, short + runs).confirmation
+    assert conf.target == 0.9 and conf.target_how == "goal.target" and not conf.at_length
+
+
+@pytest.mark.parametrize(("goal", "extra", "says"), [
+    ({}, {}, "give the run's length (train_samples or epochs), its target, or both"),
+    ({"train_samples": 10, "epochs": 1}, {}, "give train_samples (10) or epochs (1.0), not both"),
+    ({"target": 0.9}, {"confirm": {"candidates": 3, "target": 0.8}},
+     "goal.target (0.9) and confirm.target (0.8): give one"),
+    ({"epochs": 2}, {"confirm": {"candidates": 3, "train_samples": 4096}},
+     "the goal's length is the confirmation runs' length"),
+    ({"target": 1.5}, {"confirm": {"candidates": 3}}, "goal.target = 1.5: a val_acc target must be in (0, 1]"),
+    ({"epochs": 2}, {"confirm": {"candidates": 0}}, "confirm.candidates is 0"),
+])
+def test_a_goal_that_cannot_be_answered_is_refused_in_one_line(goal, extra, says) -> None:
+    from tune_batch.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        tiny_config(objectives=OBJ, goal=goal, **extra)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_goal_length_is_the_confirmation_length() -> None:
+    from tune_batch.trial.curve import confirm_samples
+
+    on = {"confirm": {"candidates": 3}}
+    assert confirm_samples(tiny_config(goal={"train_samples": 12345}, **on), 1000) == 12345
+    assert confirm_samples(tiny_config(goal={"epochs": 2.5}, **on), 1000) == 2500
+    assert confirm_samples(tiny_config(goal={"target": 0.9}, **on), 1000) == 4 * tiny_config().budget.train_samples

@@ -214,6 +214,29 @@ class ConfirmConfig(_Section):
         return self
 
 
+class GoalConfig(_Section):
+    train_samples: int | None = Field(None, ge=1)
+    """The length of the run the answer is for, in samples: confirmation runs train this long."""
+    epochs: float | None = Field(None, gt=0)
+    """Instead of train_samples: passes over the training set."""
+    target: float | None = None
+    """The value of the confirmation metric the run must reach: the answer is the config soonest
+    to it (within the goal's length, when one is given). Without it, a goal length asks for the
+    config with the best metric at that length."""
+
+    @model_validator(mode="after")
+    def _given(self) -> GoalConfig:
+        if self.train_samples is not None and self.epochs is not None:
+            raise ValueError(f"give train_samples ({self.train_samples}) or epochs ({self.epochs}), not both")
+        if self.train_samples is None and self.epochs is None and self.target is None:
+            raise ValueError("give the run's length (train_samples or epochs), its target, or both")
+        return self
+
+    @property
+    def length_given(self) -> bool:
+        return self.train_samples is not None or self.epochs is not None
+
+
 class BaselineConfig(_Section):
     batch_size: int = Field(ge=1)
     """The batch size the user trains with today (global, as batch_size everywhere)."""
@@ -271,6 +294,9 @@ class Config(_Section):
     confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
     """Front candidates trained again at length; the recommendation then comes from their time to
     target."""
+    goal: GoalConfig | None = None
+    """The user's own run: its length and/or the target it must reach. Confirmation and the
+    recommendation answer that run (default: confirm.train_samples and confirm's default target)."""
     baseline: BaselineConfig | None = None
     """The config the user runs today, confirmed beside the candidates (needs confirmation): the
     summary's first line says how much sooner the recommendation reaches the target."""
@@ -317,6 +343,18 @@ class Config(_Section):
                              "its objectives")
         if c.target is not None and self.confirm_metric == ("val_acc", "maximize") and not 0 < c.target <= 1:
             raise ValueError(f"confirm.target = {c.target}: a val_acc target must be in (0, 1]")
+        g = self.goal
+        if g is not None:
+            if g.target is not None and c.target is not None:
+                raise ValueError(f"goal.target ({g.target}) and confirm.target ({c.target}): give one")
+            if g.length_given and (c.train_samples is not None or c.epochs is not None):
+                raise ValueError("goal.train_samples/epochs and confirm.train_samples/epochs: give one (the goal's "
+                                 "length is the confirmation runs' length)")
+            if g.target is not None and self.confirm_metric == ("val_acc", "maximize") and not 0 < g.target <= 1:
+                raise ValueError(f"goal.target = {g.target}: a val_acc target must be in (0, 1]")
+            if c.candidates == 0:
+                raise ValueError("goal: the run it describes is answered by confirmation runs; confirm.candidates "
+                                 "is 0 (set it to 1 or more, or drop goal)")
         return self
 
     @property

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tune_batch.analysis.noise import chance_floor
+from tune_batch.analysis.noise import beyond, chance_floor, mean_ci
 from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
 from tune_batch.store.jobs import Job, JobKind
@@ -147,6 +147,7 @@ class Confirmation:
     metric: str = "val_acc"  # what the curves hold and the target is on
     maximize: bool = True
     excluded: dict[Any, str] = field(default_factory=dict)  # trial id -> why it cannot be recommended (memory)
+    at_length: bool = False  # goal: a run length and no target: the best metric at that length decides
 
     @property
     def best(self) -> Candidate | None:
@@ -159,10 +160,34 @@ class Confirmation:
         """The candidate soonest to the target in wall seconds, or in device-seconds (wall x
         num_gpus) when ``devices``, of those whose runs reached it and that are not ``excluded`` (too
         close to the memory limit); one whose memory grew only when all did; ties: the long-budget rank."""
+        if self.at_length:
+            return self.best_at_length(devices)
         reached = [c for c in self.candidates
                    if c.time_to_target_s is not None and c.trial.trial_id not in self.excluded]
         steady = [c for c in reached if not c.grows] or reached
         return min(steady, key=lambda c: (c.ranked_by(devices) or 0.0, c.long_rank), default=None)
+
+    def best_at_length(self, devices: bool = False) -> Candidate | None:
+        """The goal's rule without a target: the candidate with the best final metric (mean over
+        its runs) at the goal's length; among those within noise of it (95 % half-widths of the
+        runs' final values), the one whose runs took the least time (x num_gpus when ``devices``).
+        Not ``excluded``; one whose memory grew only when all did."""
+        pool = [c for c in self.candidates if c.trial.trial_id not in self.excluded]
+        pool = [c for c in pool if not c.grows] or pool
+        if not pool or self.target is None:  # nothing learned, or no run improved on its first validation
+            return None
+        stats = {c.trial.trial_id: mean_ci([(r.info.curve or [[0, 0, math.nan]])[-1][2] for r in c.runs])
+                 for c in pool}
+        sign = 1.0 if self.maximize else -1.0
+        top = max(pool, key=lambda c: sign * stats[c.trial.trial_id][0])
+        m, ci = stats[top.trial.trial_id]
+        tied = [c for c in pool if not beyond(m, stats[c.trial.trial_id][0], ci, stats[c.trial.trial_id][1])]
+
+        def seconds(c: Candidate) -> float:
+            wall = statistics.median((r.info.curve or [[0, math.inf]])[-1][1] for r in c.runs)
+            return wall * (c.trial.params.num_gpus if devices else 1)
+
+        return min(tied, key=lambda c: (seconds(c), c.long_rank))
 
     def gpu_counts(self) -> list[dict[str, Any]]:
         """Per GPU count confirmed: its soonest candidate to the target (wall and device-seconds)
@@ -189,6 +214,7 @@ class Confirmation:
                 "target_how": self.target_how,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
+                "rule": "best_at_length" if self.at_length else "time_to_target",
                 "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
                                                         if self.best_by(devices=True) else None),
                 "gpu_counts": self.gpu_counts(),
@@ -237,8 +263,9 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     steps = StepMeans()
     for r in short_runs:
         steps.observe(r)
+    at_length = config.goal is not None and config.goal.length_given and config.goal.target is None
     conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
-                        tuple(short_runs), name, up)
+                        tuple(short_runs), name, up, at_length=at_length)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return dataclasses.replace(conf, candidates=[
         dataclasses.replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))
@@ -252,6 +279,8 @@ def _target(config: Config, name: str, up: bool, best: float, firsts: list[float
     ``target_fraction`` of the way from the first validation (the median over the runs) to the
     best value any run reached (None when no run improved on it)."""
     c = config.confirm
+    if config.goal is not None and config.goal.target is not None:
+        return config.goal.target, "goal.target"
     if c.target is not None:
         return c.target, "confirm.target"
     if name == "val_acc":

@@ -169,9 +169,14 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
         notes.append(Note(NoteKind.DECISION, f"the short trials alone would have recommended trial {short.trial_id} "
                                              f"(batch_size={short.params.batch_size} lr={short.params.lr:.3g}); "
                                              f"confirmation at length chose trial {best.trial.trial_id}"))
-    method = (f"{DEVICE_SECONDS if devices else TIME_TO_TARGET}: the shortest estimated "
-              f"{'device-seconds (wall x num_gpus)' if devices else 'time'} to {conf.metric} {conf.target:.4g}, from "
-              f"confirmation runs of {conf.train_samples:.0f} samples and the time the noise scale predicts")
+    if conf.at_length:
+        method = (f"best_at_length: the best {conf.metric} at the goal's {conf.train_samples:.0f} samples (mean "
+                  f"over the confirmation runs); within its noise, the least "
+                  f"{'device-seconds' if devices else 'training time'}")
+    else:
+        method = (f"{DEVICE_SECONDS if devices else TIME_TO_TARGET}: the shortest estimated "
+                  f"{'device-seconds (wall x num_gpus)' if devices else 'time'} to {conf.metric} {conf.target:.4g}, "
+                  f"from confirmation runs of {conf.train_samples:.0f} samples and the time the noise scale predicts")
     report = dataclasses.replace(report, recommended=best.trial, method=method, learned=True)
     off = off_front_note(report)
     if off:

@@ -178,6 +178,9 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
             else f"target {conf.target_how}")
     out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
+    if conf.at_length:
+        out.append(f"  goal: the best {conf.metric} after the run's {conf.train_samples:.0f} samples decides (final "
+                   f"value, mean over the runs)")
     for x in conf.candidates:
         p = x.trial.params
         spread = ""
@@ -191,6 +194,8 @@ def confirm_lines(conf: Confirmation) -> list[str]:
             reach += f" (ranked at {x.estimate_s:.2f} s with its prediction)"
         if p.num_gpus > 1 and x.device_seconds_to_target is not None:
             reach += f", {x.device_seconds_to_target:.2f} device-s"
+        if conf.at_length:
+            reach += f"; final {conf.metric} {x.final_acc:.4g}"
         several = any(c.trial.params.num_gpus > 1 for c in conf.candidates)
         gpus = f" num_gpus={p.num_gpus}" if several else ""
         out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}{gpus}; "

@@ -42,9 +42,10 @@ from tune_batch.trial.worst import WorstCase, probe
 
 
 def confirm_samples(config: Config, train_size: int) -> int:
-    """Samples a confirmation run trains: ``confirm.train_samples``, ``confirm.epochs`` passes
-    over the training set, or by default 4 x ``budget.train_samples``."""
-    c = config.confirm
+    """Samples a confirmation run trains: the goal's length (``goal.train_samples``, or
+    ``goal.epochs`` passes over the training set), ``confirm.train_samples``, ``confirm.epochs``,
+    or by default 4 x ``budget.train_samples``."""
+    c = config.goal if config.goal is not None and config.goal.length_given else config.confirm
     if c.train_samples is not None:
         return c.train_samples
     if c.epochs is not None:
@@ -55,7 +56,7 @@ def confirm_samples(config: Config, train_size: int) -> int:
 def confirm_timeout_s(config: Config, samples: int | None = None) -> float:
     """``budget.trial_timeout_s`` scaled by how much longer a confirmation run trains than a
     trial (``samples`` unknown with ``confirm.epochs``: a generous bound, 100 x)."""
-    if samples is None and config.confirm.epochs is None:
+    if samples is None and config.confirm.epochs is None and (config.goal is None or config.goal.epochs is None):
         samples = confirm_samples(config, 0)
     factor = 100.0 if samples is None else max(1.0, samples / config.budget.train_samples)
     return config.budget.trial_timeout_s * factor

@@ -69,6 +69,9 @@ def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
     if config.confirm.candidates and config.confirm.epochs is not None:
         raise ConfigError(f"confirm.epochs = {config.confirm.epochs}: with train.loop = {loop} give "
                           f"confirm.train_samples (the builder's data size is the trainer's business)")
+    if config.goal is not None and config.goal.epochs is not None:
+        raise ConfigError(f"goal.epochs = {config.goal.epochs}: with train.loop = {loop} give goal.train_samples "
+                          f"(the builder's data size is the trainer's business)")
     if config.confirm.candidates and config.confirm_metric is None:
         raise ConfigError(f"confirm.candidates = {config.confirm.candidates}: no objective to read time to target on; "
                           f"add val_acc or a metric the trainer's evaluation logs to objectives")
