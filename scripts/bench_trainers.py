@@ -13,9 +13,9 @@ tune_batch searches' wall time (``search_cost_s``: both; each apart in the extra
 optuna backend so that their trials run in this process as well.
 
 Time to target of one run varies with the seed (up to 2x on digits): ``--seeds`` runs each
-answer with several seeds and takes the median. Needs ``pip install "tune-batch[lightning,transformers]"``.
+answer with several seeds (3), interleaved, and reports the median and the range. Needs ``pip install "tune-batch[lightning,transformers]"``.
 
-Usage: python scripts/bench_trainers.py [--trials 6] [--seeds 1] [--out DIR]
+Usage: python scripts/bench_trainers.py [--trials 6] [--seeds 3] [--out DIR]
 Ends with: RESULT lightning_finder_tta_s=... tune_batch_lightning_tta_s=... hf_auto_tta_s=...
 tune_batch_hf_tta_s=... lightning_finder_cost_s=... hf_auto_cost_s=... search_cost_s=...
 """
@@ -225,10 +225,15 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else math.inf
 
 
+def spread(values: list[float]) -> str:
+    """min-max of the runs' times to target, as one token of the RESULT line."""
+    return f"{min(values):.1f}-{max(values):.1f}" if values else "none"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=6, help="budget.trials of each tune_batch search")
-    p.add_argument("--seeds", type=int, default=1, help="time-to-target runs per answer (median)")
+    p.add_argument("--seeds", type=int, default=3, help="time-to-target runs per answer (median, min-max)")
     p.add_argument("--target-acc", type=float, default=0.95, help="Lightning example: val_acc to reach")
     p.add_argument("--target-loss", type=float, default=1.35, help="HF example: eval_loss to reach (entropy ~1.26)")
     p.add_argument("--eval-every", type=int, default=512, help="samples between validations")
@@ -245,19 +250,23 @@ def main() -> None:
     print(f"lightning finder: batch_size={fb} lr={flr:.4g} ({finder_cost:.1f} s)", flush=True)
     tb, tlr, l_search = tune_batch_answer("lightning_cnn", args, out)
     print(f"tune_batch (lightning): batch_size={tb} lr={tlr:.4g} ({l_search:.1f} s)", flush=True)
-    lf = [lightning_tta(fb, flr, s, args) for s in seeds]
-    lt = [lightning_tta(tb, tlr, s, args) for s in seeds]
+    lf, lt = [], []
+    for s in seeds:  # interleaved: a slow drift of the machine falls on both answers alike
+        lf.append(lightning_tta(fb, flr, s, args))
+        lt.append(lightning_tta(tb, tlr, s, args))
     print(f"lightning time to val_acc {args.target_acc}: finder {[round(t, 1) for t, _ in lf]} s (best "
           f"{max(b for _, b in lf):.3f}), tune_batch {[round(t, 1) for t, _ in lt]} s "
           f"(best {max(b for _, b in lt):.3f})",
           flush=True)
 
-    ha = [hf_tta(None, None, s, args) for s in seeds]
-    print(f"hf auto_find_batch_size: trained at batch_size={ha[0][3]} lr=5e-05 (the example's default); its own "
-          f"cost {ha[0][2]:.1f} s", flush=True)
     hb, hlr, h_search = tune_batch_answer("hf_tiny_gpt2", args, out)
     print(f"tune_batch (transformers): batch_size={hb} lr={hlr:.4g} ({h_search:.1f} s)", flush=True)
-    ht = [hf_tta(hb, hlr, s, args) for s in seeds]
+    ha, ht = [], []
+    for s in seeds:  # interleaved, as above
+        ha.append(hf_tta(None, None, s, args))
+        ht.append(hf_tta(hb, hlr, s, args))
+    print(f"hf auto_find_batch_size: trained at batch_size={ha[0][3]} lr=5e-05 (the example's default); its own "
+          f"cost {ha[0][2]:.1f} s", flush=True)
     print(f"hf time to eval_loss {args.target_loss}: auto {[round(r[0], 1) for r in ha]} s (best "
           f"{min(r[1] for r in ha):.3f}), tune_batch {[round(r[0], 1) for r in ht]} s "
           f"(best {min(r[1] for r in ht):.3f})",
@@ -266,7 +275,10 @@ def main() -> None:
           f"tune_batch_lightning_tta_s={median([t for t, _ in lt]):.1f} hf_auto_tta_s={median([r[0] for r in ha]):.1f} "
           f"tune_batch_hf_tta_s={median([r[0] for r in ht]):.1f} lightning_finder_cost_s={finder_cost:.1f} "
           f"hf_auto_cost_s={median([r[2] for r in ha]):.1f} search_cost_s={l_search + h_search:.1f} "
-          f"lightning_search_cost_s={l_search:.1f} hf_search_cost_s={h_search:.1f}")
+          f"lightning_search_cost_s={l_search:.1f} hf_search_cost_s={h_search:.1f} "
+          f"lightning_finder_tta_range={spread([t for t, _ in lf])} tune_batch_lightning_tta_range="
+          f"{spread([t for t, _ in lt])} hf_auto_tta_range={spread([r[0] for r in ha])} "
+          f"tune_batch_hf_tta_range={spread([r[0] for r in ht])} seeds={args.seeds}")
 
 
 if __name__ == "__main__":
