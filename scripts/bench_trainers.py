@@ -13,7 +13,8 @@ tune_batch searches' wall time (``search_cost_s``: both; each apart in the extra
 optuna backend so that their trials run in this process as well.
 
 Time to target of one run varies with the seed (up to 2x on digits): ``--seeds`` runs each
-answer with several seeds (3), interleaved, and reports the median and the range. Needs ``pip install "tune-batch[lightning,transformers]"``.
+answer with several seeds (3), interleaved, and reports the median and the range.
+Needs ``pip install "tune-batch[lightning,transformers]"``.
 
 Usage: python scripts/bench_trainers.py [--trials 6] [--seeds 3] [--out DIR]
 Ends with: RESULT lightning_finder_tta_s=... tune_batch_lightning_tta_s=... hf_auto_tta_s=...
