@@ -18,7 +18,7 @@ from tune_batch.analysis.objectives import utilization_warning
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import graceful, received
 from tune_batch.config import Config, SpaceConfig
-from tune_batch.store.jobs import Job, JobKind, seeded
+from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult, budget_used
 from tune_batch.store.rundir import RunDir
 from tune_batch.study import seam
@@ -124,10 +124,12 @@ def run_jobs(config: Config, run_dir: RunDir, jobs: Sequence[Job], progress: Pro
         if received["signal"] is not None:
             return
         progress.started()
-        cfg = seeded(config, job.seed)
+        cfg = job.config_for(config)
         if job.kind is JobKind.CONFIRM:
             res = confirm_run(cfg, job.params, trial_id=job.trial_id, confirm_of=job.of,
                               extra=job.params.extra or None)
+            if job.rung > 1:
+                res = res.replace(info=res.info.with_(rung=job.rung))
         else:
             res = run_trial(cfg, job.params, trial_id=job.trial_id, extra=job.params.extra or None,
                             run_dir=run_dir.path)

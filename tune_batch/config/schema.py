@@ -206,6 +206,10 @@ class ConfirmConfig(_Section):
     target_fraction: float = Field(0.95, gt=0.0, le=1.0)
     """Default target: this x the best val_acc any candidate reached; for another metric, this
     share of the way from its first validation to the best value any candidate reached."""
+    escalations: int = Field(2, ge=0, le=4)
+    """When the short trials and the confirmation runs both learned nothing: at most this many
+    more rounds, each 4x longer than the last, over the better half of its configs (successive
+    halving), until one learns (0: none). Not with a goal length: that run is the answer."""
 
     @model_validator(mode="after")
     def _length(self) -> ConfirmConfig:

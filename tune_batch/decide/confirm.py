@@ -31,20 +31,28 @@ BASELINE = "baseline"
 
 
 def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
-         baseline: Params | None = None) -> list[Job]:
+         baseline: Params | None = None, rung: int = 1, samples: int | None = None) -> list[Job]:
     """``confirm.seeds`` runs of each candidate and of the ``baseline`` (confirm_of "baseline"),
     seed-major (every config once, then again: slow drift of a shared machine spreads over all of
     them), those in ``done`` left out."""
     out = []
+    tail = f"r{rung}" if rung > 1 else ""  # an escalation round's runs: <trial>c<seed>r<round>
     for k in range(config.confirm.seeds):
         seed = config.search.seed + k
         for r in candidates:  # a data-parallel config as a worker group, on the path of its trials
-            job = Job(f"{r.trial_id}c{seed}", JobKind.CONFIRM, r.trial_id, r.params, seed)
+            job = Job(f"{r.trial_id}c{seed}{tail}", JobKind.CONFIRM, r.trial_id, r.params, seed, rung, samples)
             if job.trial_id not in done:
                 out.append(job)
-        if baseline is not None and candidates and f"{BASELINE}-c{seed}" not in done:
-            out.append(Job(f"{BASELINE}-c{seed}", JobKind.CONFIRM, BASELINE, baseline, seed))
+        if baseline is not None and candidates and f"{BASELINE}-c{seed}{tail}" not in done:
+            out.append(Job(f"{BASELINE}-c{seed}{tail}", JobKind.CONFIRM, BASELINE, baseline, seed, rung, samples))
     return out
+
+
+def last_round(runs: Sequence[TrialResult]) -> list[TrialResult]:
+    """The confirmation runs of the latest escalation round among ``runs`` (all of them when
+    there was none): the round the decision reads."""
+    rung = max((r.info.rung or 1 for r in runs), default=1)
+    return [r for r in runs if (r.info.rung or 1) == rung]
 
 
 def step_before(curve: Sequence[Sequence[float]], target: float | None, maximize: bool = True) -> float | None:
@@ -148,6 +156,7 @@ class Confirmation:
     maximize: bool = True
     excluded: dict[Any, str] = field(default_factory=dict)  # trial id -> why it cannot be recommended (memory)
     at_length: bool = False  # goal: a run length and no target: the best metric at that length decides
+    rung: int = 1  # the escalation round its runs come from (1: no escalation)
 
     @property
     def best(self) -> Candidate | None:
@@ -214,7 +223,7 @@ class Confirmation:
                 "target_how": self.target_how,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
-                "rule": "best_at_length" if self.at_length else "time_to_target",
+                "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
                 "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
                                                         if self.best_by(devices=True) else None),
                 "gpu_counts": self.gpu_counts(),
@@ -264,8 +273,9 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     for r in short_runs:
         steps.observe(r)
     at_length = config.goal is not None and config.goal.length_given and config.goal.target is None
+    rung = max((r.info.rung or 1 for r in runs), default=1)
     conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
-                        tuple(short_runs), name, up, at_length=at_length)
+                        tuple(short_runs), name, up, at_length=at_length, rung=rung)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return dataclasses.replace(conf, candidates=[
         dataclasses.replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))

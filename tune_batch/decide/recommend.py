@@ -16,7 +16,7 @@ from tune_batch.analysis.pareto import Prefer, better_beyond
 from tune_batch.analysis.report import Report, build_report, latest_per_trial, with_tradeoffs
 from tune_batch.config import Config
 from tune_batch.decide.baseline import compare
-from tune_batch.decide.confirm import BASELINE, confirm, samples_factor, search_noise_scale
+from tune_batch.decide.confirm import BASELINE, confirm, last_round, samples_factor, search_noise_scale
 from tune_batch.decide.repeats import candidates
 from tune_batch.store.records import TrialResult
 
@@ -34,7 +34,8 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     ideal point). The fastest config overall is not one of them for its speed alone: at
     a learning rate too low it never reaches the target (in 7 of the decision benchmark's 18
     stored searches, before this order). When the short trials learned nothing, the feasible
-    configs whose loss fell furthest. One config is confirmed once: a sampler can propose the
+    configs spread over the searched learning rates (``spread``): which fell furthest in a short run
+is noise when none learned. One config is confirmed once: a sampler can propose the
     same params twice (at a bound of the space, e.g. lr 0.1), and a second candidate of the
     same config would repeat its runs seed for seed and leave one out of the prediction only
     to find itself among the others (3 of 93 stored searches confirmed one config twice)."""
@@ -42,10 +43,7 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     if n <= 0:
         return []
     if not report.learned:
-        ok = [p.trial for p in report.points.values()]
-        return _every_gpu_count(_distinct(sorted(ok, key=lambda r: (
-            r.info.final_loss if r.info.final_loss is not None else float("inf"), -(r.metrics.samples_per_s or 0.0)))),
-            n)
+        return _every_gpu_count(spread([p.trial for p in report.points.values()], n), n)
     rest = candidates(report, len(report.points))  # the recommended one first
 
     name, direction = report.config.confirm_metric or ("val_acc", "maximize")
@@ -72,6 +70,19 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
         near_top = [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
         first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
     return _every_gpu_count(_distinct([*first, *rest]), n)
+
+
+def spread(trials: Sequence[TrialResult], n: int) -> list[TrialResult]:
+    """``n`` distinct configs of ``trials`` spread over their learning rates: evenly spaced in
+    the order of log lr, the lowest and the highest among them (then the rest, in that order);
+    at one learning rate, the smaller batch first. The learning rate decides first whether a
+    network learns at all; a short run's falling loss cannot tell which."""
+    ordered = _distinct(sorted(trials, key=lambda r: (r.params.lr, r.params.batch_size)))
+    if len(ordered) <= n:
+        return ordered
+    picks = [len(ordered) // 2] if n == 1 else sorted({round(i * (len(ordered) - 1) / (n - 1)) for i in range(n)})
+    first = [ordered[i] for i in picks]
+    return first + [r for r in ordered if r not in first]
 
 
 def _every_gpu_count(ordered: list[TrialResult], n: int) -> list[TrialResult]:
@@ -140,6 +151,7 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     runs = [r for r in latest if r.info.confirm_of is not None]
     if not runs:
         return report
+    runs = last_round(runs)  # after escalation rounds, the decision reads the last
     base_runs = [r for r in runs if r.info.confirm_of == BASELINE]
     runs = [r for r in runs if r.info.confirm_of != BASELINE]
     # every config with runs, in the order the short budget ranks them (a finished run read with
@@ -157,7 +169,8 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     devices = prefer == DEVICE_SECONDS
     best = conf.best_by(devices)
     if best is None:
-        why = ("nothing was learned in the confirmation runs either" if conf.target is None
+        why = (f"nothing was learned in the confirmation runs either (up to {conf.train_samples:.0f} samples"
+               + (f", {conf.rung} rounds" if conf.rung > 1 else "") + ")" if conf.target is None
                else "no confirmed candidate reached the target" + (" and left resources.memory_margin"
                                                                     if conf.excluded else ""))
         return dataclasses.replace(report, recommended=None, method=f"time_to_target: {why}", tradeoffs={},

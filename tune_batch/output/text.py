@@ -178,6 +178,9 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
             else f"target {conf.target_how}")
     out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
+    if conf.rung > 1:
+        out.append(f"  escalated: nothing was learned at shorter lengths; round {conf.rung} trained the better half of "
+                   f"the round before 4x longer (confirm.escalations)")
     if conf.at_length:
         out.append(f"  goal: the best {conf.metric} after the run's {conf.train_samples:.0f} samples decides (final "
                    f"value, mean over the runs)")

@@ -19,6 +19,7 @@ from tune_batch.backends.signals import received
 from tune_batch.config import Config
 from tune_batch.decide.baseline import params_of as baseline_params
 from tune_batch.decide.confirm import jobs as confirm_jobs
+from tune_batch.decide.escalate import escalations
 from tune_batch.decide.recommend import confirm_candidates
 from tune_batch.decide.repeats import jobs as repeat_jobs
 from tune_batch.store.jobs import Job, JobKind
@@ -59,10 +60,21 @@ def confirms_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
     return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records}, baseline_params(config))
 
 
+def escalations_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
+    """The next escalation round's runs (``decide.escalate``), once the confirmation is recorded."""
+    if budget_used(_searched(records)) < config.budget.trials or repeats_of(config, records):
+        return []
+    if confirms_of(config, records):
+        return []
+    return escalations(config, records)
+
+
 #: The stages after the search, in order: what plans each, and how progress announces it.
+#: Escalation rounds are planned again after each round, until none is left.
 AFTER_SEARCH: tuple[tuple[JobKind, Callable[[Config, Sequence[TrialResult]], list[Job]]], ...] = (
     (JobKind.REPEAT, repeats_of),
     (JobKind.CONFIRM, confirms_of),
+    (JobKind.CONFIRM, escalations_of),
 )
 
 
@@ -88,7 +100,11 @@ def run_stages(config: Config, run_dir: RunDir, open_backend: Callable[[], Abstr
             if received["signal"] is not None:  # stopped: what is recorded stays, the rest runs on resume
                 return
             jobs = plan(config, run_dir.records()[0])
-            if jobs:
+            while jobs and received["signal"] is None:
+                if plan is escalations_of:
+                    progress.say(f"escalating: nothing learned yet; {len(jobs)} run(s) of {jobs[0].samples} samples "
+                                 f"(round {jobs[0].rung} of at most {config.confirm.escalations + 1})")
                 (progress.repeating if kind is JobKind.REPEAT else progress.confirming)(len(jobs))
                 backend.run_jobs(config, jobs, kind)
+                jobs = plan(config, run_dir.records()[0]) if plan is escalations_of else []
 

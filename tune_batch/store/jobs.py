@@ -24,6 +24,8 @@ class Job:
     of: int | str | None  # the searched trial whose config it runs ("baseline" for the user's own config)
     params: Params
     seed: int
+    rung: int = 1  # a confirmation run's escalation round (1: the first, at the confirmation length)
+    samples: int | None = None  # its length when not the configured one (an escalation round)
 
     @property
     def repeat_of(self) -> int | str | None:
@@ -36,9 +38,28 @@ class Job:
     def spec(self) -> dict[str, object]:
         """As a Tune trial's config: the params and the control keys of the Ray trainable."""
         lineage = "confirm_of" if self.kind is JobKind.CONFIRM else "repeat_of"
-        return {**self.params.to_dict(), "trial_number": self.trial_id, "seed": self.seed, lineage: self.of}
+        spec = {**self.params.to_dict(), "trial_number": self.trial_id, "seed": self.seed, lineage: self.of}
+        if self.samples is not None:
+            spec.update(confirm_samples=self.samples, rung=self.rung)
+        return spec
+
+    def config_for(self, config: Config) -> Config:
+        """The config the job's run trains with: its seed, and its length when it has its own."""
+        return lengthened(seeded(config, self.seed), self.samples)
 
 
 def seeded(config: Config, seed: int) -> Config:
     """``config`` with ``search.seed`` = ``seed`` (a job's run)."""
     return config.model_copy(update={"search": config.search.model_copy(update={"seed": seed})})
+
+
+def lengthened(config: Config, samples: int | None) -> Config:
+    """``config`` whose confirmation runs train ``samples`` (an escalation round's length); as it
+    is when None. The goal's length, if any, gives way; its target stays."""
+    if samples is None:
+        return config
+    confirm = config.confirm.model_copy(update={"train_samples": samples, "epochs": None})
+    goal = config.goal
+    if goal is not None:
+        goal = goal.model_copy(update={"train_samples": None, "epochs": None}) if goal.target is not None else None
+    return config.model_copy(update={"confirm": confirm, "goal": goal})

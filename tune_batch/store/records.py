@@ -137,6 +137,7 @@ class TrialInfo(_Flat):
     seed: int | None = None  # data order and initialisation (search.seed, or a repeat's own)
     repeat_of: int | str | None = None  # a repeat (another seed) of this trial's config
     confirm_of: int | str | None = None  # a confirmation run (longer budget) of this trial's config
+    rung: int | None = None  # a confirmation run's escalation round (2, 3, ...: 4x longer each); None: the first
     free_skip: bool | None = None  # a skipped proposal the sampler was asked again for: not part of budget.trials
     curve: list[list[float]] | None = None  # confirmation: [samples, train seconds, val_acc, loss] per validation
     chance_acc: float | None = None  # the majority-class share of the validation set

@@ -66,7 +66,8 @@ def failed_record(trial: Any, reason: str, specs: list[dict[str, Any]] | None = 
         spec = dict(specs[spec["job"]])
     params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
     # a repeat or a confirmation run keeps its lineage: never counted as a trial of the search
-    info = TrialInfo(seed=spec.get("seed"), repeat_of=spec.get("repeat_of"), confirm_of=spec.get("confirm_of"))
+    info = TrialInfo(seed=spec.get("seed"), repeat_of=spec.get("repeat_of"), confirm_of=spec.get("confirm_of"),
+                     rung=spec.get("rung"))
     return TrialResult(spec.get("trial_number"), params, Status.FAILED, reason, info=info,
                        ray_trial_id=trial.trial_id)
 

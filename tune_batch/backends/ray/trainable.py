@@ -14,14 +14,14 @@ from tune_batch.backends.ray.resources import ResourcePlan
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog
 from tune_batch.config import Config, config_from_dict
 from tune_batch.config.callables import install
-from tune_batch.store.jobs import seeded
+from tune_batch.store.jobs import lengthened, seeded
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.study.admission import skipped
 from tune_batch.trial.faults import TrialTimeout
 
 #: Keys the searcher adds to a trial's config beside the params: the Optuna trial number and
 #: the policy's skip verdict (made on the driver, before the trial is started).
-CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of", "confirm_of")
+CONTROL_KEYS = ("trial_number", "skip_reason", "seed", "repeat_of", "confirm_of", "confirm_samples", "rung")
 
 
 def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
@@ -78,6 +78,7 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
     config = config_from_dict(config_dict)
     if spec.get("seed") is not None:  # a repeat of a searched config with another seed
         config = seeded(config, int(spec["seed"]))
+    config = lengthened(config, spec.get("confirm_samples"))  # an escalation round's length
     trial_id, reason = spec.get("trial_number"), spec.get("skip_reason")
     params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
     hung = False
@@ -93,6 +94,8 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
         result, hung = group.result, group.group_alive
     else:
         result, hung = _one_worker(config, params, trial_id, run_dir, spec.get("confirm_of"))
+    if spec.get("rung") is not None:
+        result = result.replace(info=result.info.with_(rung=spec["rung"]))
     if spec.get("repeat_of") is not None:
         result = result.replace(info=result.info.with_(repeat_of=spec["repeat_of"], seed=config.search.seed))
     tune.report(report_payload(config, result))
