@@ -86,7 +86,7 @@ def _full_config(cfg, length: int, evaluations: int):
 
 def full_run(cfg, params: dict, seed: int = 0) -> dict:
     """Train ``params`` in full (the confirmation run at the table's length); its record."""
-    from tune_batch.decide.repeats import seeded
+    from tune_batch.store.jobs import seeded
     from tune_batch.trial.curve import confirm_run
 
     r = confirm_run(seeded(cfg, seed), params, trial_id="full")

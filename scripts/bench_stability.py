@@ -87,7 +87,7 @@ def remeasure(config_path: str, recs: dict, rounds: int) -> dict:
 
     from tune_batch.config import load_config
     from tune_batch.decide.confirm import first_reach
-    from tune_batch.decide.repeats import seeded
+    from tune_batch.store.jobs import seeded
     from tune_batch.trial import run_trial
     from tune_batch.trial.curve import confirm_run
 

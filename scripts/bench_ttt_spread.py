@@ -60,7 +60,7 @@ def main() -> None:
 
     from tune_batch.config import load_config
     from tune_batch.decide.confirm import first_reach
-    from tune_batch.decide.repeats import seeded
+    from tune_batch.store.jobs import seeded
     from tune_batch.trial.curve import confirm_run, confirm_samples
 
     torch.set_num_threads(2)
