@@ -267,6 +267,10 @@ def test_confirmation_runs_in_the_trainer_with_its_own_evaluation(loop: str, bui
     assert [p[0] for p in curve] == [160.0, 320.0, 480.0, 640.0]  # every 5 of the 20 steps, the last at the end
     assert all(b[1] > a[1] for a, b in zip(curve, curve[1:]))  # training seconds grow, evaluations left out
     assert r.metrics.value(metric) == curve[-1][2] and r.metrics.samples_per_s == pytest.approx(640 / curve[-1][1])
+    # its memory, watched as in tune_batch's loop: the run's peak, and what it keeps at each evaluation
+    assert r.metrics.peak_mem_bytes > 0 and r.info.peak_mem_method
+    assert [k[0] for k in r.info.memory_kept_bytes] == [5.0, 10.0, 15.0, 20.0]
+    assert r.info.memory_growth is not None and r.info.memory_growth["flagged"] is False
 
 
 @pytest.mark.slow

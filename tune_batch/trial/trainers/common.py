@@ -175,6 +175,7 @@ class TrainerRun:
     chance_acc: float | None = None
     short_batches: int = 0  # steps of fewer samples than the batch (a trainer that keeps short last batches)
     curve: list[list[float]] | None = None  # a confirmation run's evaluations (trainers.curve)
+    kept: list[list[float]] | None = None  # a confirmation run's memory kept between steps, at each evaluation
     notes: dict[str, Any] = field(default_factory=dict)  # the loop's own facts, kept in the record's info
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tune_batch.analysis.growth import growth
 from tune_batch.config import Config
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.loop import sync
@@ -42,6 +43,7 @@ class CurveRecorder:
     def __init__(self, meter: Meter, plan: EvalPlan) -> None:
         self.meter, self.plan = meter, plan
         self.points: list[list[float]] = []
+        self.kept: list[list[float]] = []  # [optimizer step, memory kept between steps] at each evaluation
         self._t0: float | None = None
         self._e0: float | None = None
         self._eval_s = 0.0
@@ -52,6 +54,8 @@ class CurveRecorder:
     def eval_begin(self) -> None:
         sync(self.meter.device)  # the training seconds are the steps'
         self._e0 = time.perf_counter()
+        # the memory kept between steps, read here so that its seconds count as the evaluation's
+        self.kept.append([float(self.meter.steps), kept_bytes(self.meter.device)])
 
     def eval_end(self, scores: dict[str, float]) -> None:
         assert self._t0 is not None and self._e0 is not None, "eval_end() without start() and eval_begin()"
@@ -68,6 +72,19 @@ class CurveRecorder:
     def needs_final(self) -> bool:
         """Whether the run's last step has no evaluation yet."""
         return not self.points or self.points[-1][0] < self.meter.samples_done
+
+
+def kept_bytes(device: torch.device) -> float:
+    """The tensor memory a process keeps between steps (after a garbage collection): CUDA's
+    allocated bytes, or the bytes of the tensors Python can reach on a CPU."""
+    import gc
+
+    from tune_batch.measure.memory import live_tensor_bytes
+
+    if device.type == "cuda":
+        gc.collect()
+        return float(torch.cuda.memory_allocated(device))
+    return float(live_tensor_bytes(device.type))
 
 
 def eval_plan(config: Config, total: int) -> EvalPlan:
@@ -104,11 +121,13 @@ def confirm_trainer(config: Config, params: Params, samples: int, timeout_s: flo
     sps = done / train_s if train_s > 0 else None
     metrics = Metrics(samples_per_s=sps, val_acc=value if evals.metric == "val_acc" else None,
                       other={} if evals.metric == "val_acc" else {evals.metric: value},
-                      duration_s=time.perf_counter() - start)
+                      peak_mem_bytes=run.peak_bytes, duration_s=time.perf_counter() - start)
+    kept = run.kept or []
     info = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed,
                      loop=config.train.loop, device=device_name(device, torch.get_num_threads()), data=run.data,
                      curve=run.curve, chance_acc=run.chance_acc, steps=run.steps, train_samples_done=int(done),
                      train_s=train_s, final_loss=loss, world_size=1, per_worker_batch=params.batch_size,
                      precision=run.precision, accumulation_steps=run.accumulation, micro_batch_size=run.micro_batch,
-                     memory_cap_bytes=cap.bytes)
+                     memory_cap_bytes=cap.bytes, peak_mem_method=run.peak_method, memory_kept_bytes=kept,
+                     memory_growth=growth(kept, run.peak_bytes).to_dict())
     return TrialResult(None, params, Status.OK, None, metrics, metrics.duration_s or 0.0, info)

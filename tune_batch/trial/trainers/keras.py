@@ -158,4 +158,5 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
                       keras.config.dtype_policy().name, 0,
                       chance_of(val[1]) if val is not None else None, callback.short_batches,
                       notes={"trainer": f"keras {keras.__version__} (torch backend)"},
-                      curve=recorder.points if recorder is not None else None)
+                      curve=recorder.points if recorder is not None else None,
+                      kept=recorder.kept if recorder is not None else None)

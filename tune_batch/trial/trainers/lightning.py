@@ -169,7 +169,8 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
                       meter.steps, meter.samples_done, meter.window_samples, accumulation, micro,
                       str(trainer.precision), loader.num_workers, _chance(val_set) if val is not None else None,
                       notes={"lr_factor": callback.lr_factor, "trainer": f"lightning {pl.__version__}"},
-                      curve=recorder.points if recorder is not None else None)
+                      curve=recorder.points if recorder is not None else None,
+                      kept=recorder.kept if recorder is not None else None)
 
 
 def _chance(val: Any) -> float | None:

@@ -188,4 +188,5 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
                       f"{type(pieces['train_dataset']).__name__} of {len(pieces['train_dataset'])} samples",
                       meter.steps, meter.samples_done, meter.window_samples, accumulation, micro, precision,
                       args.dataloader_num_workers, notes={"trainer": f"transformers {transformers.__version__}"},
-                      curve=recorder.points if recorder is not None else None)
+                      curve=recorder.points if recorder is not None else None,
+                      kept=recorder.kept if recorder is not None else None)
