@@ -143,6 +143,15 @@ def test_rule_breaking_combination_is_skipped_without_training(tiny) -> None:
     assert Policy(tiny).skip(Params(32, 0.05, 2), trial_id=6) is None
 
 
+def test_a_batch_the_budget_gives_one_step_is_skipped_as_a_batch_rule() -> None:
+    # it could only fail; as a skip the sampler learns it is infeasible and no trial is used up
+    cfg = tiny_config(budget={"train_samples": 256}, space={"batch_size": [16, 32, 64, 128, 256]})
+    res = Policy(cfg).skip(Params(256, 0.05, 1), trial_id=3)
+    assert res.status == "skipped" and res.reason.startswith("space: budget.train_samples = 256 gives 1 step(s)")
+    assert objectives.constraints(res)["space"] == 1.0
+    assert Policy(cfg).skip(Params(128, 0.05, 1), trial_id=4) is None
+
+
 def test_threads_are_restored_after_a_trial(tiny) -> None:
     before = torch.get_num_threads()
     run_trial(tiny, {"batch_size": 64, "lr": 0.05, "num_gpus": 1}, threads=1)
