@@ -293,21 +293,26 @@ def test_noise_scale_without_a_clear_signal_takes_more_batches_and_gives_a_lower
     assert clear.batches == 4 and not clear.lower_bound
 
 
+def _off_front_records() -> tuple[list[TrialResult], list[TrialResult]]:
+    """At the short budget batch 16 is the more accurate by less than the noise and half as fast
+    beyond it (batch 64 dominates it there); at length batch 16 reaches the target first."""
+    short = [_rec(0, 1000, 0.90, b=64), _rec("0s1", 1010, 0.80, b=64, repeat_of=0, seed=1),
+             _rec("0s2", 990, 0.85, b=64, repeat_of=0, seed=2),
+             _rec(1, 500, 0.95, b=16), _rec("1s1", 510, 0.85, b=16, repeat_of=1, seed=1),
+             _rec("1s2", 490, 0.90, b=16, repeat_of=1, seed=2)]
+    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
+            _rec("1c0", 500, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
+    return short, runs
+
+
 def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained() -> None:
     from tune_batch.output.files import pareto_payload
     from tune_batch.output.frames import to_frame
     from tune_batch.output.text import render_table
 
     cfg = tiny_config(objectives=OBJ)
-    # at the short budget batch 16 is the more accurate by less than the noise and half as fast
-    # beyond it: batch 64 dominates it there. At length batch 16 reaches the target first.
-    short = [_rec(0, 1000, 0.90, b=64), _rec("0s1", 1010, 0.80, b=64, repeat_of=0, seed=1),
-             _rec("0s2", 990, 0.85, b=64, repeat_of=0, seed=2),
-             _rec(1, 500, 0.95, b=16), _rec("1s1", 510, 0.85, b=16, repeat_of=1, seed=1),
-             _rec("1s2", 490, 0.90, b=16, repeat_of=1, seed=2)]
+    short, runs = _off_front_records()
     assert [r.trial_id for r in decide(cfg, short).front] == [0]
-    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
-            _rec("1c0", 500, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
     report = decide(cfg, short + runs)
     assert report.recommended.trial_id == 1 and [r.trial_id for r in report.front] == [0]
     rows = render_table(report).splitlines()
@@ -331,12 +336,7 @@ def test_the_decision_keeps_notes_by_kind_and_not_by_their_words() -> None:
     from tune_batch.analysis.notes import Note, NoteKind
 
     cfg = tiny_config(objectives=OBJ)
-    short = [_rec(0, 1000, 0.90, b=64), _rec("0s1", 1010, 0.80, b=64, repeat_of=0, seed=1),
-             _rec("0s2", 990, 0.85, b=64, repeat_of=0, seed=2),
-             _rec(1, 500, 0.95, b=16), _rec("1s1", 510, 0.85, b=16, repeat_of=1, seed=1),
-             _rec("1s2", 490, 0.90, b=16, repeat_of=1, seed=2)]
-    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
-            _rec("1c0", 500, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
+    short, runs = _off_front_records()
     import tune_batch.analysis.report as report_mod
 
     # the short budget's notes about its own choice, reworded: still dropped once confirmation decides

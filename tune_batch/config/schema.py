@@ -110,6 +110,15 @@ class BudgetConfig(_Section):
     with 1 s and 2 s windows spread alike (docs/measurement.md, "The timed window")."""
     trial_timeout_s: float = Field(600.0, gt=0)
     """A trial still running after this many seconds ends as failed."""
+
+    def steps_short(self, batch_size: int) -> str | None:
+        """Why a trial at ``batch_size`` cannot be measured (fewer than two steps: one warm-up,
+        one timed), or None."""
+        steps = self.train_samples // batch_size
+        if steps >= 2:
+            return None
+        return (f"budget.train_samples = {self.train_samples} gives {steps} step(s) at batch_size {batch_size}; "
+                f"need at least 2 (one warm-up, one timed)")
     gns_batches: int = Field(4, ge=0, le=1000)
     """Batches the gradient noise scale is estimated on, after validation (0: not estimated;
     then goodput is not measured)."""

@@ -44,6 +44,18 @@ class LrRange(_Section):
         return self
 
 
+def _counts(v: list[int], one: str, many: str) -> list[int]:
+    """A list of counts (batch sizes, GPU counts): not empty, each >= 1, no duplicates."""
+    if not v:
+        raise ValueError(f"the list is empty: give at least one {one}")
+    bad = [n for n in v if n < 1]
+    if bad:
+        raise ValueError(f"{bad[0]} is not allowed: {many} must be >= 1")
+    if len(set(v)) != len(v):
+        raise ValueError("the list has duplicates")
+    return v
+
+
 class SpaceConfig(_Section):
     batch_size: BatchRange | list[int] = Field(default_factory=BatchRange)
     """Powers of two in [min, max], or an explicit list of global batch sizes."""
@@ -57,27 +69,12 @@ class SpaceConfig(_Section):
     @field_validator("batch_size")
     @classmethod
     def _batch_list(cls, v: BatchRange | list[int]) -> BatchRange | list[int]:
-        if isinstance(v, list):
-            if not v:
-                raise ValueError("the list is empty: give at least one batch size")
-            bad = [b for b in v if b < 1]
-            if bad:
-                raise ValueError(f"{bad[0]} is not allowed: batch sizes must be >= 1")
-            if len(set(v)) != len(v):
-                raise ValueError("the list has duplicates")
-        return v
+        return _counts(v, "batch size", "batch sizes") if isinstance(v, list) else v
 
     @field_validator("num_gpus")
     @classmethod
     def _gpus(cls, v: list[int]) -> list[int]:
-        if not v:
-            raise ValueError("the list is empty: give at least one GPU count, e.g. [1]")
-        bad = [n for n in v if n < 1]
-        if bad:
-            raise ValueError(f"{bad[0]} is not allowed: GPU counts must be >= 1")
-        if len(set(v)) != len(v):
-            raise ValueError("the list has duplicates")
-        return v
+        return _counts(v, "GPU count, e.g. [1]", "GPU counts")
 
     def batch_choices(self) -> list[int]:
         """All global batch sizes of the space, ascending."""

@@ -121,3 +121,16 @@ def live_tensor_bytes(device_type: str = "cpu") -> int:
                 # left reachable have a storage but no data pointer (they hold no memory)
                 continue
     return sum(storages.values())
+
+
+def kept_bytes(device: Any) -> float:
+    """The tensor memory a process keeps between steps (after a garbage collection): CUDA's
+    allocated bytes, or the bytes of the tensors Python can reach on a CPU."""
+    import gc
+
+    import torch
+
+    if device.type == "cuda":
+        gc.collect()
+        return float(torch.cuda.memory_allocated(device))
+    return float(live_tensor_bytes(device.type))

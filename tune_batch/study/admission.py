@@ -137,10 +137,9 @@ class Policy:
         bad = space_mod.violation(params, self.config.space)
         if bad:
             return f"space: {bad}"
-        steps = self.config.budget.train_samples // params.batch_size
-        if steps < 2:  # a trial needs one warm-up and one timed step: it could only fail
-            return (f"space: budget.train_samples = {self.config.budget.train_samples} gives {steps} step(s) at "
-                    f"batch_size {params.batch_size}; a trial needs 2 (raise budget.train_samples)")
+        short = self.config.budget.steps_short(params.batch_size)
+        if short:  # such a trial could only fail
+            return f"space: {short} (raise budget.train_samples)"
         why = self.feasibility.skip_reason(params) if self.feasibility is not None else None
         return why or (self.divergence.skip_reason(params) if self.divergence is not None else None)
 

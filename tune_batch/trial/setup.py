@@ -46,10 +46,10 @@ class StepPlan:
 
 def plan_steps(config: Config, params: Params, profiling: bool) -> StepPlan:
     """Raises ValueError when the budget gives fewer than two steps."""
+    short = config.budget.steps_short(params.batch_size)
+    if short:
+        raise ValueError(short)
     total = config.budget.train_samples // params.batch_size
-    if total < 2:
-        raise ValueError(f"budget.train_samples = {config.budget.train_samples} gives {total} step(s) at batch_size "
-                         f"{params.batch_size}; need at least 2 (one warm-up, one timed)")
     warmup = min(config.budget.warmup_steps, total - 1)
     if config.train.compile:  # the first step compiles; a compiled trial warms up 3 steps at least
         warmup = min(max(warmup, 3), total - 1)

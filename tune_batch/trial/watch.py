@@ -19,7 +19,6 @@ training seconds: a profiled step counts as the interval's mean unprofiled step.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 import torch
 
 from tune_batch.analysis.growth import Growth, growth
-from tune_batch.measure.memory import live_tensor_bytes, step_peak_bytes
+from tune_batch.measure.memory import kept_bytes, step_peak_bytes
 from tune_batch.measure.oom import MemoryCapExceeded
 from tune_batch.trial.loop import Stepper
 from tune_batch.workload.batches import numel
@@ -132,12 +131,7 @@ class RunWatch:
         if self.kept and self.kept[-1][0] == step:
             return
         t = time.perf_counter()
-        if self.cuda:
-            gc.collect()
-            value = float(torch.cuda.memory_allocated(self.device))
-        else:
-            value = float(live_tensor_bytes("cpu"))
-        self.kept.append([float(step), value])
+        self.kept.append([float(step), kept_bytes(self.device)])
         if inside:
             self._extra_s += time.perf_counter() - t
 

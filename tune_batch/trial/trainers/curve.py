@@ -18,6 +18,7 @@ import torch
 
 from tune_batch.analysis.growth import growth
 from tune_batch.config import Config
+from tune_batch.measure.memory import kept_bytes
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.loop import sync
 from tune_batch.trial.setup import StepPlan
@@ -72,19 +73,6 @@ class CurveRecorder:
     def needs_final(self) -> bool:
         """Whether the run's last step has no evaluation yet."""
         return not self.points or self.points[-1][0] < self.meter.samples_done
-
-
-def kept_bytes(device: torch.device) -> float:
-    """The tensor memory a process keeps between steps (after a garbage collection): CUDA's
-    allocated bytes, or the bytes of the tensors Python can reach on a CPU."""
-    import gc
-
-    from tune_batch.measure.memory import live_tensor_bytes
-
-    if device.type == "cuda":
-        gc.collect()
-        return float(torch.cuda.memory_allocated(device))
-    return float(live_tensor_bytes(device.type))
 
 
 def eval_plan(config: Config, total: int) -> EvalPlan:
