@@ -45,6 +45,9 @@ regret interval  each search's regret with a 95 % bootstrap interval over its si
             (the grid best, the recommendation, the other confirmed candidates) its params, its
             fresh runs' times to target, their median and the search's prediction
 
+--heldout   the successor: held-out workloads, a late target, a 3-seed oracle and five arms for
+            what users do today (scripts/bench_heldout.py; its own options follow --heldout)
+
 Usage: python scripts/bench_decision.py [--measure --config C --table T] [--seeds 1 2 3] [--json F] [--keep DIR]
        [--reuse DIR] [--runs N] [--gns-pairs N] | --summarize F [F ...]
 """
@@ -424,6 +427,11 @@ def summarize(results: list[dict], runs: int, gns: dict) -> None:
 
 
 def main() -> None:
+    if "--heldout" in sys.argv[1:]:  # the held-out benchmark with its five baseline arms (bench_heldout.py)
+        from bench_heldout import main as heldout
+
+        heldout(sys.argv[1:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--config", default=str(REPO / "configs" / "quickstart.yaml"))
