@@ -1,0 +1,70 @@
+"""scripts/bench_heldout.py's reading of its measurements: time to a target in either direction,
+the yardstick a grid fixes (target, grid best, how late it is reached, the target-stopped grid),
+and the won / lost verdict with its bootstrap interval."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.conftest import script
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with script("bench_heldout") as module:
+        yield module
+
+
+def _row(b: int, lr: float, seed: int, values: list[float], step_s: float) -> dict:
+    curve = [[1024.0 * (i + 1), step_s * (i + 1), v, 0.0] for i, v in enumerate(values)]
+    return {"params": {"batch_size": b, "lr": lr}, "seed": seed, "status": "ok", "curve": curve,
+            "train_s": curve[-1][1]}
+
+
+def test_time_to_target_reads_the_first_validation_that_reached_it_in_the_metrics_direction(bench) -> None:
+    curve = [[1, 1.0, 0.5], [2, 2.0, 0.8], [3, 3.0, 0.9]]
+    assert bench.ttt(curve, 0.8, "maximize") == 2.0
+    assert bench.ttt(curve, 0.95, "maximize") == math.inf
+    losses = [[1, 1.0, 3.0], [2, 2.0, 2.0], [3, 3.0, 1.5]]
+    assert bench.ttt(losses, 2.0, "minimize") == 2.0
+    assert bench.ttt(losses, 1.0, "minimize") == math.inf
+    assert bench.ttt([[1, 1.0, float("nan")]], 0.0, "minimize") == math.inf  # a diverged run never reaches
+
+
+def test_an_accuracy_yardstick_is_a_fraction_of_the_best_points_median_final_value(bench) -> None:
+    # point A: fast (1 s per validation), final 0.80; point B: slow (2 s), final 0.90 (its seeds'
+    # median; one lucky seed at 0.99 does not set the target)
+    rows = [_row(16, 0.01, s, [0.5, 0.7, 0.8, 0.8], 1.0) for s in range(3)]
+    rows += [_row(64, 0.01, s, [0.3, 0.6, 0.85, f], 2.0) for s, f in enumerate([0.9, 0.9, 0.99])]
+    stick = bench.yardstick("tabular_mlp", rows)
+    assert stick["direction"] == "maximize" and stick["target"] == pytest.approx(0.99 * 0.9)
+    assert stick["grid_best"] == {"batch_size": 64, "lr": 0.01}  # the only point that reaches 0.891
+    assert stick["grid_best_ttt_s"] == 8.0
+    assert stick["grid_best_reach_frac"] == pytest.approx(4096 / bench.WORKLOADS["tabular_mlp"]["length"])
+    assert stick["reaching"] == 1
+    # the target-stopped grid: A never reaches it (all its 4 s), B stops at 8 s
+    assert stick["target_grid_s"] == pytest.approx(4.0 + 8.0)
+    assert stick["full_grid_s"] == pytest.approx(4.0 + 8.0)
+
+
+def test_a_loss_yardstick_is_most_of_the_way_from_the_first_validation_to_the_best_final(bench) -> None:
+    rows = [_row(16, 0.001, s, [4.0, 3.0, 2.0, 1.0], 1.0) for s in range(3)]
+    rows += [_row(32, 0.001, s, [4.0, 3.5, 3.0, 2.5], 1.0) for s in range(3)]
+    stick = bench.yardstick("lm_markov", rows)
+    assert stick["direction"] == "minimize" and stick["first"] == 4.0
+    assert stick["target"] == pytest.approx(4.0 - 0.99 * (4.0 - 1.0))
+    assert stick["grid_best"]["batch_size"] == 16
+    assert stick["grid_best_reach_frac"] == pytest.approx(4096 / bench.WORKLOADS["lm_markov"]["length"])
+
+
+def test_a_win_needs_the_whole_interval_below_one(bench) -> None:
+    fast, slow = [[1.0, 1.1, 0.9]] * 6, [[2.0, 2.2, 1.8]] * 6
+    point, lo, hi = bench.ratio_interval(fast, slow)
+    assert point == pytest.approx(0.5) and hi < 1.0
+    point, lo, hi = bench.ratio_interval([[1.0, 3.0, 0.5]] * 6, [[1.5, 0.6, 2.0]] * 6)
+    assert lo < 1.0 < hi  # the runs overlap: within noise
+    # never reached against reached: a loss; both never: a tie, not a NaN
+    assert bench.ratio_interval([[math.inf] * 3], [[1.0] * 3])[1] == math.inf
+    assert bench.ratio_interval([[math.inf] * 3], [[math.inf] * 3]) == (1.0, 1.0, 1.0)
