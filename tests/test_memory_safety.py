@@ -18,12 +18,13 @@ from tune_batch.analysis.notes import texts
 from tune_batch.analysis.report import build_report
 from tune_batch.config import Config, config_from_dict, load_config
 from tune_batch.errors import ConfigError
-from tune_batch.measure.memory import live_tensor_bytes
+from tune_batch.measure.memory import kept_reading_at, live_tensor_bytes
 from tune_batch.output.files import write_files
 from tune_batch.output.text import render_summary
 from tune_batch.store.records import Status, TrialResult
 from tune_batch.trial import run_trial
 from tune_batch.trial.curve import confirm_run
+from tune_batch.trial.trainers.curve import EvalPlan
 
 MiB = 2**20
 VARLEN = REPO / "configs/tiny_lm_varlen.yaml"
@@ -139,6 +140,23 @@ def test_a_confirmation_run_records_its_memory_and_a_leak_is_flagged() -> None:
     assert g["flagged"] and g["bytes_per_1000_steps"] == pytest.approx(64 * 1024 * 1000, rel=0.05)
     q = r.info.memory_quarters_bytes
     assert q[-1] - q[0] > 4 * MiB  # 64 KiB kept at each of 96 steps between the first quarter and the last
+
+
+def test_a_run_with_many_evaluations_reads_the_kept_memory_a_few_times_and_still_finds_a_leak() -> None:
+    """Each reading is a full garbage collection (a third of a second in a loaded process): 32
+    evaluations read it at 8 of them (and the watch at the 4 quarter ends), the last always."""
+    assert [i for i in range(32) if kept_reading_at(i, 32)] == [3, 7, 11, 15, 19, 23, 27, 31]
+    assert [i for i in range(5) if kept_reading_at(i, 5)] == [0, 1, 2, 3, 4]
+    plan = EvalPlan(every=5, total=22, metric="val_acc")  # a trainer's evaluations: 5, 10, 15, 20, 22
+    assert plan.count == 5 and [plan.index(s) for s in (5, 10, 15, 20, 22)] == [0, 1, 2, 3, 4]
+    leaky = tiny_config(model={"name": "tests.workloads:leaky", "kwargs": {"kib_per_step": 64}},
+                        confirm={"train_samples": 2048, "evaluations": 32})
+    r = confirm_run(leaky, {"batch_size": 16, "lr": 0.05}, trial_id="0c0", confirm_of=0)
+    assert r.status is Status.OK, r.reason
+    steps = [k[0] for k in r.info.memory_kept_bytes]
+    assert len(r.info.curve) == 32 and 8 <= len(steps) <= 12 and steps[-1] == 128
+    g = r.info.memory_growth
+    assert g["flagged"] and g["bytes_per_1000_steps"] == pytest.approx(64 * 1024 * 1000, rel=0.05)
 
 
 def test_a_leaking_config_is_not_recommended_silently(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
+from tune_batch.measure.memory import kept_reading_at
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm, evaluate
@@ -101,7 +102,8 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
     lead = placement.rank == 0  # validates (the other ranks wait for it in their next step's all-reduce)
     curve: list[list[float]] = []
     train_s, done = 0.0, 0
-    for at in eval_steps(total, config.confirm.evaluations):
+    evals = eval_steps(total, config.confirm.evaluations)
+    for i, at in enumerate(evals):
         t, before = time.perf_counter(), done
         while done < at:
             done += 1
@@ -110,7 +112,8 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
         train_s += watch.train_seconds(time.perf_counter() - t, done - before)
         check_batchnorm(model)
         acc = _validate(config, model, ds.val, device, params.batch_size // placement.world) if lead else math.nan
-        watch.keep(done)
+        if kept_reading_at(i, len(evals)):
+            watch.keep(done)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
     # after the last validation and outside train_s, as in a trial: the curve never sees it (the
     # bare model, rank 0's own batches: no collective)

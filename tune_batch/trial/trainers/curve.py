@@ -18,7 +18,7 @@ import torch
 
 from tune_batch.analysis.growth import growth
 from tune_batch.config import Config
-from tune_batch.measure.memory import kept_bytes
+from tune_batch.measure.memory import kept_bytes, kept_reading_at
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.loop import sync
 from tune_batch.trial.setup import StepPlan
@@ -35,6 +35,15 @@ class EvalPlan:
 
     def due(self, steps: int) -> bool:
         return steps % self.every == 0 or steps == self.total
+
+    @property
+    def count(self) -> int:
+        """How many evaluations the run has."""
+        return -(-self.total // self.every)
+
+    def index(self, steps: int) -> int:
+        """The 0-based index of the evaluation at ``steps``."""
+        return self.count - 1 if steps >= self.total else steps // self.every - 1
 
 
 class CurveRecorder:
@@ -56,7 +65,9 @@ class CurveRecorder:
         sync(self.meter.device)  # the training seconds are the steps'
         self._e0 = time.perf_counter()
         # the memory kept between steps, read here so that its seconds count as the evaluation's
-        self.kept.append([float(self.meter.steps), kept_bytes(self.meter.device)])
+        # (at most KEPT_READINGS evaluations read it: each reading is a full garbage collection)
+        if kept_reading_at(self.plan.index(self.meter.steps), self.plan.count):
+            self.kept.append([float(self.meter.steps), kept_bytes(self.meter.device)])
 
     def eval_end(self, scores: dict[str, float]) -> None:
         assert self._t0 is not None and self._e0 is not None, "eval_end() without start() and eval_begin()"
