@@ -43,11 +43,15 @@ whole wall time (Ray's start-up included) over the target-stopped grid's trainin
 over one training run of its recommendation to the target (after how many of the user's runs it
 has paid for itself, against the oracle's).
 
+``--goal`` adds an arm outside the headline: tune_batch's default search told the length of the
+user's run (``goal.train_samples`` = the full length, no target), so that its confirmation
+answers that run; its regrets are ``goal_regret_*`` at the end of the RESULT line.
+
 Usage: python scripts/bench_decision.py --heldout [--workloads tabular_mlp ...] [--seeds 0 1 2 3 4 5]
-       [--runs 3] [--dev] [--out DIR] [--phase grid|arms|side|all]
+       [--runs 3] [--dev] [--goal] [--out DIR] [--phase grid|arms|side|all]
 Ends with: RESULT heldout_regret_median=... heldout_regret_worst=... heldout_compute_frac_target_grid_worst=...
 beats_baseline=... beats_max_batch_linear_lr=... beats_lightning=... beats_random_equal=... beats_asha=...
-workloads=...
+workloads=... [goal_regret_median=... goal_regret_worst=...]
 """
 
 from __future__ import annotations
@@ -221,13 +225,15 @@ def yardstick(name: str, rows: list[dict]) -> dict:
 # ------------------------------------------------------------------ arms
 
 
-def search_arm(name: str, seed: int, sampler: str | None, out: Path) -> dict:
-    """tune_batch's search of the workload with ``seed`` (``sampler``: override the default one),
-    its output kept in ``out``; its recommendation, whole wall time and trial-seconds."""
+def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool = False) -> dict:
+    """tune_batch's search of the workload with ``seed`` (``sampler``: override the default one;
+    ``goal``: the user states the run's length, ``goal.train_samples`` = the full length), its
+    output kept in ``out``; its recommendation, whole wall time and trial-seconds."""
     from tune_batch.config import load_config
     from tune_batch.pipeline.search import search
 
-    cfg = load_config(WORKLOADS[name]["config"], [f"search.seed={seed}"])
+    sets = [f"search.seed={seed}"] + ([f"goal.train_samples={WORKLOADS[name]['length']}"] if goal else [])
+    cfg = load_config(WORKLOADS[name]["config"], sets)
     if sampler is not None:
         cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"sampler": sampler})})
     t = time.time()
@@ -385,8 +391,9 @@ def baseline_arm(name: str) -> dict:
     return {"pick": {"batch_size": base.batch_size, "lr": base.lr}, "wall_s": 0.0, "how": "the config's baseline"}
 
 
-def arms(name: str, seeds: list[int], out: Path) -> list[dict]:
-    """Every arm's picks (stored in ``out``/<name>_arms.jsonl; arms already there are kept)."""
+def arms(name: str, seeds: list[int], out: Path, goal: bool = False) -> list[dict]:
+    """Every arm's picks (stored in ``out``/<name>_arms.jsonl; arms already there are kept);
+    ``goal``: also tune_batch told the run's length (the ``tune_batch_goal`` arm)."""
     import shutil
     from functools import partial
 
@@ -414,6 +421,9 @@ def arms(name: str, seeds: list[int], out: Path) -> list[dict]:
     largest = max(r["pick"]["batch_size"] for r in rows if r["arm"] == "lightning")
     once("max_batch_linear_lr", 0, lambda: max_batch_arm(name, largest))
     once("baseline", 0, lambda: baseline_arm(name))
+    if goal:
+        for seed in seeds:
+            once("tune_batch_goal", seed, partial(search_arm, name, seed, None, out / f"{name}-goal-{seed}", True))
     return jsonl(path)
 
 
@@ -485,6 +495,14 @@ def figures(name: str, stick: dict, arm_rows: list[dict], side_rows: list[dict])
 
     tb = by_arm.get("tune_batch", [])
     regrets = [(median(times[key(r["pick"])]) / oracle if r["pick"] else math.inf) for r in tb]
+    goal_regrets = [(median(times[key(r["pick"])]) / oracle if r["pick"] else math.inf)
+                    for r in by_arm.get("tune_batch_goal", [])]
+    goal_beats = {}
+    for arm in ("tune_batch", *ARMS):
+        if arm in by_arm and goal_regrets:
+            point, lo, hi = ratio_interval(groups("tune_batch_goal"), groups(arm))
+            goal_beats[arm] = {"ratio": point, "lo": lo, "hi": hi, "won": hi < 1.0, "lost": lo > 1.0,
+                               "arm_median_s": median([median(g) for g in groups(arm)])}
     frac_grid = [r["wall_s"] / stick["target_grid_s"] for r in tb]
     frac_grid_trial = [r["trial_s"] / stick["target_grid_s"] for r in tb]
     payback = [r["wall_s"] / median(times[key(r["pick"])]) if r["pick"] and math.isfinite(median(times[key(r["pick"])]))
@@ -499,7 +517,9 @@ def figures(name: str, stick: dict, arm_rows: list[dict], side_rows: list[dict])
     return {"name": name, "held_out": WORKLOADS[name]["held_out"], "oracle_s": oracle,
             "oracle": {"batch_size": oracle_key[0], "lr": oracle_key[1]}, "regrets": regrets,
             "compute_frac_target_grid": frac_grid, "compute_frac_target_grid_trial_s": frac_grid_trial,
-            "payback_runs": payback, "beats": beats,
+            "payback_runs": payback, "beats": beats, "goal_regrets": goal_regrets, "goal_beats": goal_beats,
+            "goal_compute_frac_target_grid": [r["wall_s"] / stick["target_grid_s"]
+                                              for r in by_arm.get("tune_batch_goal", [])],
             "tune_batch_median_s": median([median(g) for g in groups("tune_batch")]),
             "configs": {label(k): v for k, v in times.items()}}
 
@@ -535,6 +555,13 @@ def report(name: str, stick: dict, f: dict, arm_rows: list[dict]) -> None:
         verdict = "won" if b["won"] else "lost" if b["lost"] else "within noise"
         print(f"  tune_batch vs {arm}: median time to target {f['tune_batch_median_s']:.2f} s vs "
               f"{b['arm_median_s']:.2f} s, ratio {b['ratio']:.2f} [{b['lo']:.2f}, {b['hi']:.2f}]: {verdict}")
+    if f["goal_regrets"]:
+        print(f"tune_batch told the run's length (goal.train_samples): regret per search {fmt(f['goal_regrets'])} "
+              f"(median {median(f['goal_regrets']):.2f}, worst {max(f['goal_regrets']):.2f}); whole wall / "
+              f"target-stopped grid {fmt(f['goal_compute_frac_target_grid'])}")
+        for arm, b in f["goal_beats"].items():
+            verdict = "won" if b["won"] else "lost" if b["lost"] else "within noise"
+            print(f"  tune_batch_goal vs {arm}: ratio {b['ratio']:.2f} [{b['lo']:.2f}, {b['hi']:.2f}]: {verdict}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -546,6 +573,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 5])
     ap.add_argument("--runs", type=int, default=3, help="side-by-side runs of each config")
     ap.add_argument("--out", type=Path, default=HELDOUT / "runs")
+    ap.add_argument("--goal", action="store_true",
+                    help="add an arm: tune_batch's default search told the run's length (goal.train_samples)")
     ap.add_argument("--phase", choices=["grid", "arms", "side", "all"], default="all",
                     help="stop after this phase (each is stored and resumed)")
     args = ap.parse_args(argv)
@@ -565,7 +594,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: yardstick {json.dumps(stick, default=float)}", flush=True)
         if args.phase == "grid":
             continue
-        arm_rows = arms(name, args.seeds, args.out)
+        arm_rows = arms(name, args.seeds, args.out, args.goal)
         if args.phase == "arms":
             continue
         g = stick["grid_best"]
@@ -590,7 +619,9 @@ def main(argv: list[str] | None = None) -> None:
 
     if dev:
         print("development twin: " + line(dev, "dev"))
-    print("RESULT " + line(held, "heldout"))
+    goal = [x for f in held for x in f["goal_regrets"]]
+    extra = (f" goal_regret_median={median(goal):.3f} goal_regret_worst={max(goal):.3f}" if goal else "")
+    print("RESULT " + line(held, "heldout") + extra)
 
 
 if __name__ == "__main__":
