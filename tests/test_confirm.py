@@ -462,6 +462,42 @@ def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> 
     assert decide(cfg, short + runs[:2] + tied).recommended.trial_id == 1
 
 
+def test_at_the_goal_length_a_config_far_below_the_best_is_not_tied_with_it_by_its_own_two_runs() -> None:
+    """The finals and seconds of a held-out search (tabular MLP, goal 131072 samples): the third
+    candidate's own two runs (0.635, 0.665) give a 95 % half-width of 0.19 (t at 1 degree of
+    freedom), which tied it with the best (0.823) and its shorter runs won. The spread pooled over
+    every candidate's runs (3 degrees of freedom) tells them apart; the second stays tied with the
+    best and loses on time."""
+    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3})
+    short = [_rec(0, 1000, 0.60, b=256), _rec(1, 900, 0.58, b=128), _rec(2, 1200, 0.40, b=1024, lr=0.0004)]
+    finals = {0: ((0.8257, 2.6), (0.8198, 2.3)), 1: ((0.8232, 3.8), (0.8076, 4.1)), 2: ((0.6353, 2.0), (0.6650, 2.0))}
+    runs = [_rec(f"{t}c{s}", 1000, acc, b=short[t].params.batch_size, lr=short[t].params.lr, confirm_of=t, seed=s,
+                 train_samples_done=400, curve=_curve([0.3, 0.5, 0.6, acc], step_s=sec / 4))
+            for t, pair in finals.items() for s, (acc, sec) in enumerate(pair)]
+    report = decide(cfg, short + runs)
+    assert report.confirmation.at_length and report.recommended.trial_id == 0
+    # the second's runs made shorter: within noise of the best, so the least time decides
+    quick = [_rec(f"1c{s}", 1000, acc, b=128, confirm_of=1, seed=s, train_samples_done=400,
+                  curve=_curve([0.3, 0.5, 0.6, acc], step_s=0.2)) for s, (acc, _) in enumerate(finals[1])]
+    assert decide(cfg, short + runs[:2] + quick + runs[4:]).recommended.trial_id == 1
+
+
+def test_at_the_goal_length_a_best_that_never_reached_the_target_is_said_plainly() -> None:
+    """With goal.train_samples and confirm.target, the best at the length need not be the one
+    soonest to the target; the summary says why it was recommended (it once failed to render)."""
+    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3, "target": 0.965})
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16)]
+    runs = [_rec(f"0c{s}", 1000, 0.96, b=64, confirm_of=0, seed=s, train_samples_done=400,
+                 curve=_curve([0.3, 0.6, 0.9, 0.96], step_s=1.0)) for s in (0, 1)]
+    runs += [_rec(f"1c{s}", 600, 0.95, b=16, confirm_of=1, seed=s, train_samples_done=400,
+                  curve=_curve([0.80, 0.97, 0.955, 0.95], step_s=1.5)) for s in (0, 1)]
+    report = decide(cfg, short + runs)
+    conf = report.confirmation
+    assert conf.at_length and report.recommended.trial_id == 0
+    assert next(c for c in conf.candidates if c.trial.trial_id == 0).time_to_target_s is None
+    assert "is recommended, not #1: the goal asks for the best val_acc at its length" in render_summary(report)
+
+
 def test_a_goal_target_is_the_confirmation_target() -> None:
     cfg = tiny_config(objectives=OBJ, goal={"target": 0.9}, confirm={"candidates": 3})
     short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16)]

@@ -48,6 +48,18 @@ def rate_ci(blocks: Sequence[tuple[int, float]], rate: float) -> float | None:
     return rate * t95(len(per_step) - 1) * rel_se
 
 
+def pooled_sd(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
+    """The standard deviation pooled over ``groups`` (each value's distance from its own group's
+    mean) and its degrees of freedom; ``(None, 0)`` when no group has two values."""
+    ss, df = 0.0, 0
+    for g in groups:
+        if len(g) >= 2:
+            m = statistics.fmean(g)
+            ss += sum((x - m) ** 2 for x in g)
+            df += len(g) - 1
+    return (math.sqrt(ss / df), df) if df else (None, 0)
+
+
 def beyond(a: float, b: float, ci_a: float | None, ci_b: float | None) -> bool:
     """Whether a > b by more than the noise of the two (their half-widths combined)."""
     tol = math.hypot(ci_a or 0.0, ci_b or 0.0)

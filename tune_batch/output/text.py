@@ -211,7 +211,12 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     # those passed over for their memory (said above), not for their time
     best_grows = conf.best is not None and conf.best.grows
     eligible = [x for x in reached if x.trial.trial_id not in conf.excluded and (not x.grows or best_grows)]
-    if conf.best is not None and eligible and conf.best is not eligible[0]:
+    if conf.best is not None and eligible and conf.best is not eligible[0] and conf.at_length:
+        first = eligible[0]
+        out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: the goal asks for the "
+                   f"best {conf.metric} at its length, not the soonest to the target")
+    elif (conf.best is not None and eligible and conf.best is not eligible[0]
+          and conf.best.estimate_s is not None and eligible[0].estimate_s is not None):
         first = eligible[0]
         out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: its runs' time and "
                    f"its predicted time together ({conf.best.estimate_s:.2f} s) are the shortest; "
