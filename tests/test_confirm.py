@@ -63,6 +63,7 @@ def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
     assert conf.agreement == -1.0  # the short budget ranked 0 first, the long runs 1
     text = render_summary(report)
     assert "confirmation: 2 candidate(s)" in text and "Kendall's tau -1.00" in text
+    assert "for yours, give its length as goal.train_samples" in text  # no goal: the run it answers is said
     assert "the short trials alone would have recommended trial 0" in text
     # another objective preferred: the front decides, the confirmation is still shown
     other = decide(cfg, short + runs, prefer=parse_prefer("samples_per_s", cfg.metric_names))
@@ -456,6 +457,7 @@ def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> 
     assert conf.at_length and report.recommended.trial_id == 0
     assert report.method.startswith("best_at_length") and conf.to_dict()["rule"] == "best_at_length"
     assert "goal: the best val_acc after the run's 400 samples decides" in render_summary(report)
+    assert "for yours, give its length" not in render_summary(report) and conf.to_dict()["length_from"] == "goal"
     # within noise of each other at the length: the one whose runs took less time
     tied = [_rec(f"1c{s}", 600, 0.99, b=16, confirm_of=1, seed=s,
                  curve=_curve([0.80, 0.93, 0.97, 0.99 - 0.004 * s], step_s=0.5)) for s in (0, 1)]

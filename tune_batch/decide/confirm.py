@@ -156,6 +156,7 @@ class Confirmation:
     maximize: bool = True
     excluded: dict[Any, str] = field(default_factory=dict)  # trial id -> why it cannot be recommended (memory)
     at_length: bool = False  # goal: a run length and no target: the best metric at that length decides
+    own_run: bool = False  # the user said how long their run is (goal.train_samples / goal.epochs)
     rung: int = 1  # the escalation round its runs come from (1: no escalation)
 
     @property
@@ -233,6 +234,7 @@ class Confirmation:
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
+                "length_from": "goal" if self.own_run else "confirm",
                 "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
                                                         if self.best_by(devices=True) else None),
                 "gpu_counts": self.gpu_counts(),
@@ -284,7 +286,8 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     at_length = config.goal is not None and config.goal.length_given and config.goal.target is None
     rung = max((r.info.rung or 1 for r in runs), default=1)
     conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
-                        tuple(short_runs), name, up, at_length=at_length, rung=rung)
+                        tuple(short_runs), name, up, at_length=at_length, rung=rung,
+                        own_run=config.goal is not None and config.goal.length_given)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return dataclasses.replace(conf, candidates=[
         dataclasses.replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))

@@ -178,6 +178,10 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
             else f"target {conf.target_how}")
     out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
+    if not conf.own_run and conf.target is not None:
+        out.append(f"  this answers a run of {conf.train_samples:.0f} samples; for yours, give its length as "
+                   f"goal.train_samples (or goal.epochs): the learning rate soonest to an early target is often too "
+                   f"high for a long run")
     if conf.rung > 1:
         out.append(f"  escalated: nothing was learned at shorter lengths; round {conf.rung} trained the better half of "
                    f"the round before 4x longer (confirm.escalations)")
