@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # First contact, 2 of 2 (and what CI runs): install tune_batch with its test dependencies, then
-# the whole test suite (10-11 minutes on 2 cores). Extra arguments go to pytest, e.g.
+# the whole test suite (about 20 minutes on 2 cores). Extra arguments go to pytest, e.g.
 # ./scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
