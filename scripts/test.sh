@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # First contact, 2 of 2 (and what CI runs): install tune_batch with its test dependencies, then
-# the whole test suite (about 20 minutes on 2 cores). Extra arguments go to pytest, e.g.
+# the whole test suite: every test but the timing-sensitive ones on TUNE_BATCH_TEST_WORKERS
+# processes (pytest-xdist, 2 by default), then those (marker
+# `serial`) alone. With arguments, one pytest run with those arguments instead, e.g.
 # ./scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,4 +13,10 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
 fi
 # torch / torchvision: pip's constraint caps them at 2.14.1 / 0.29.1 (local wheels where present)
 python3 -m pip install -q -e ".[dev]"
-exec python3 -m pytest "$@"
+if [ "$#" -gt 0 ]; then
+  exec python3 -m pytest "$@"
+fi
+status=0
+python3 -m pytest -n "${TUNE_BATCH_TEST_WORKERS:-2}" --dist load -m "not serial" || status=$?
+python3 -m pytest -m serial || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+exit "$status"

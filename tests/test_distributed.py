@@ -19,6 +19,7 @@ def _records(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "trials.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.serial
 def test_oom_or_hang_on_one_worker_ends_the_group_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import optuna
 
@@ -102,6 +103,7 @@ def _client_server_logs(root: str) -> str:
     return "".join(f"\n--- {f.name}:\n{f.read_text(errors='replace')[-1500:]}" for f in logs)
 
 
+@pytest.mark.serial
 def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> None:
     """README's cluster recipe as written: `ray start --head`, `ray start --address` (separate
     processes), then `search --address HOST:PORT` (a 2-worker trial across both nodes) and

@@ -23,6 +23,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.ray
 def test_every_fault_is_a_record_and_the_search_finishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -24,6 +24,7 @@ def test_flop_count_of_a_matmul_model_is_exact() -> None:
     assert per == pytest.approx(fwd + 2 * 768 * 4096 + 2 * 2 * 4096 * 10)
 
 
+@pytest.mark.serial
 def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
     # peak fixed in the config, so both sides divide by the same number
     peak = 100e9

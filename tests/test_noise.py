@@ -189,6 +189,7 @@ def test_optuna_backend_repeats_front_candidates_and_resumes(tmp_path: Path) -> 
     assert getattr(again.recommended, "trial_id", None) == getattr(res.recommended, "trial_id", None)
 
 
+@pytest.mark.serial
 def test_a_trial_beside_a_busy_process_is_flagged_disturbed() -> None:
     from tune_batch.trial import run_trial
 
