@@ -153,3 +153,30 @@ def test_the_held_out_workloads_build_offline() -> None:
     assert x.shape == (512, 12) and abs(float(x.mean())) < 0.1 and abs(float(x.std()) - 1) < 0.1
     assert {int(train[i][1]) for i in range(len(train))} == {0, 1, 2} and len(val) == 128
     assert torch.equal(data(rows=512, val_rows=128, features=12, classes=3, seed=1)[0][5][0], train[5][0])
+
+
+def test_shifted_images_place_each_pattern_at_its_own_offset() -> None:
+    """bn_wd_cnn's data: every sample is its class's pattern rolled by its own offset, scaled,
+    plus noise; the same call gives the same data."""
+    import torch
+
+    from tune_batch.workload.shifted_images import data
+
+    train, val = data(samples=256, val_samples=64, side=12, classes=4, noise=0.0, shift=3, seed=2)
+    assert len(train) == 256 and len(val) == 64 and train[0][0].shape == (3, 12, 12)
+    x, y = train.tensors
+    assert set(y.tolist()) == {0, 1, 2, 3}
+    # without noise each image is one of its class's patterns rolled by at most 3 px each way, times a scale
+    first = {}
+    offsets = set()
+    for i in range(64):
+        c = int(y[i])
+        ref = first.setdefault(c, x[i])
+        hits = [(a, b) for a in range(-6, 7) for b in range(-6, 7)
+                if torch.allclose(torch.roll(ref, (a, b), (1, 2)) / ref.norm(),
+                                  x[i] / x[i].norm(), atol=1e-5)]
+        assert hits, i
+        offsets.add(hits[0])
+    assert len(offsets) > 5  # offsets differ from sample to sample
+    again = data(samples=256, val_samples=64, side=12, classes=4, noise=0.0, shift=3, seed=2)[0].tensors[0]
+    assert torch.equal(again, x)
