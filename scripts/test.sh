@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # First contact, 2 of 2 (and what CI runs): install tune_batch with its test dependencies, then
-# the whole test suite: every test but the timing-sensitive ones on TUNE_BATCH_TEST_WORKERS
-# processes (pytest-xdist, 2 by default), then those (marker
-# `serial`) alone. With arguments, one pytest run with those arguments instead, e.g.
+# the whole test suite: every test but the timing-sensitive ones (marker `serial`) on
+# TUNE_BATCH_TEST_WORKERS processes (pytest-xdist, 2 by default), then those alone. With
+# arguments, one pytest run with those arguments instead, e.g.
 # ./scripts/test.sh -m "not slow"
 set -euo pipefail
 cd "$(dirname "$0")/.."
