@@ -32,7 +32,8 @@ side      every distinct pick, and the grid's best point, trained again side by 
           full length, ``--runs`` fresh seeds each (not a seed the grid or a search used),
           interleaved (run k of every config before run k+1, the order rotated each round).
           Time to target: the training seconds (validations left out) at the first validation
-          that reached the target; ``inf`` when none did.
+          that reached the target; ``inf`` when none did. A run stops there (its curve up to the
+          target is the whole run's: nothing in the loop depends on the length).
 
 Figures, per workload: the oracle (the least median time to target among the side-by-side
 configs, the grid's best point among them), each tune_batch search's regret (its pick's median
@@ -117,14 +118,15 @@ def run_config(cfg, length: int):
     return cfg.model_copy(update={"confirm": confirm, "budget": budget, "data": data, "goal": None})
 
 
-def train_full(cfg, params: dict, seed: int) -> dict:
+def train_full(cfg, params: dict, seed: int, until=None) -> dict:
     """One full-length run of ``params`` with ``seed`` (data order, initialisation): its curve
-    ([samples, training seconds, metric, loss] per validation), status, seconds."""
+    ([samples, training seconds, metric, loss] per validation), status, seconds. ``until``: stop
+    at the first validation whose value it is true for (``confirm_run``'s)."""
     from tune_batch.store.jobs import seeded
     from tune_batch.trial.curve import confirm_run
 
     t = time.time()
-    r = confirm_run(seeded(cfg, seed), {**params, "num_gpus": 1}, trial_id="full").to_record()
+    r = confirm_run(seeded(cfg, seed), {**params, "num_gpus": 1}, trial_id="full", until=until).to_record()
     curve = r["info"].get("curve") or []
     return {"params": {"batch_size": int(params["batch_size"]), "lr": float(params["lr"])}, "seed": seed,
             "status": r["status"], "error": r.get("error"), "curve": curve,
@@ -430,10 +432,14 @@ def arms(name: str, seeds: list[int], out: Path, goal: bool = False) -> list[dic
 # ------------------------------------------------------------------ side by side
 
 
-def side(name: str, picks: list[dict], runs: int, out: Path) -> list[dict]:
+def side(name: str, picks: list[dict], runs: int, out: Path, stick: dict) -> list[dict]:
     """Each distinct config of ``picks`` trained ``runs`` times at the full length, interleaved
-    (stored in ``out``/<name>_side.jsonl; runs already there are not repeated)."""
+    (stored in ``out``/<name>_side.jsonl; runs already there are not repeated). A run stops at the
+    first validation that reaches the yardstick's target: only its time to the target is read,
+    and the curve up to there is the one the whole run has (the same seed, data order and steps;
+    the learning rate does not depend on the length)."""
     cfg = run_config(load(name), WORKLOADS[name]["length"])
+    target, direction = stick["target"], stick["direction"]
     path = out / f"{name}_side.jsonl"
     configs = sorted({key(p) for p in picks})
     done = {(key(r["params"]), r["seed"]) for r in jsonl(path)}
@@ -446,11 +452,14 @@ def side(name: str, picks: list[dict], runs: int, out: Path) -> list[dict]:
         for b, lr in order:
             if ((b, lr), seed) in done:
                 continue
-            row = train_full(cfg, {"batch_size": b, "lr": lr}, seed)
+            row = train_full(cfg, {"batch_size": b, "lr": lr}, seed,
+                             until=lambda v: reached(v, target, direction))
             append(path, row)
             n += 1
+            t = ttt(row["curve"], target, direction)
             print(f"  [{n}/{total}] batch {b} lr {lr:.3g} run {k + 1}: {row['status']}, "
-                  f"{row['train_s'] or 0:.1f} s training", flush=True)
+                  + (f"the target in {t:.1f} s of training" if math.isfinite(t)
+                     else f"no target in {row['train_s'] or 0:.1f} s of training"), flush=True)
     return jsonl(path)
 
 
@@ -599,7 +608,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         g = stick["grid_best"]
         picks = [r["pick"] for r in arm_rows if r["pick"]] + [g]
-        side_rows = side(name, picks, args.runs, args.out)
+        side_rows = side(name, picks, args.runs, args.out, stick)
         f = figures(name, stick, arm_rows, side_rows)
         report(name, stick, f, arm_rows)
         results.append(f)

@@ -182,7 +182,7 @@ def test_nothing_learned_is_said_and_not_recommended() -> None:
     assert decide(cfg, [*recs, _rec(2, 500, 0.5)]).learned
 
 
-def test_a_confirmation_run_trains_at_length_and_records_its_curve() -> None:
+def test_a_confirmation_run_trains_at_length_records_its_curve_and_stops_when_told() -> None:
     cfg = tiny_config(confirm={"train_samples": 2048, "evaluations": 4})
     r = confirm_run(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, trial_id="0c0", confirm_of=0)
     assert r.status is Status.OK, r.reason
@@ -191,6 +191,14 @@ def test_a_confirmation_run_trains_at_length_and_records_its_curve() -> None:
     assert all(b[1] > a[1] for a, b in zip(curve, curve[1:]))  # training seconds grow
     assert curve[-1][2] > 0.5 > r.info.chance_acc  # digits is learnt in 2048 samples
     assert r.info.confirm_of == 0 and r.metrics.val_acc == curve[-1][2]
+    # told when to stop (until=), the same run ends at the first validation that says so, with
+    # the whole run's curve up to there
+    target = curve[1][2]  # the second validation's value: reached there at the latest
+    stop = next(i for i, row in enumerate(curve) if row[2] >= target)
+    cut = confirm_run(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, until=lambda v: v >= target)
+    assert cut.status is Status.OK, cut.reason
+    assert [(row[0], row[2]) for row in cut.info.curve] == [(row[0], row[2]) for row in curve[:stop + 1]]
+    assert cut.info.train_samples_done == curve[stop][0] < 2048
 
 
 def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path: Path) -> None:

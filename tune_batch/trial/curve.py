@@ -16,6 +16,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +86,8 @@ class _Run:
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float, extra: dict[str, Any] | None,
-           cap: MemoryCap, accumulation: int = 1, placement: Placement = Placement()) -> _Run:
+           cap: MemoryCap, accumulation: int = 1, placement: Placement = Placement(),
+           until: Callable[[float], bool] | None = None) -> _Run:
     ds, loader, sampler = load_data(config, params, placement, device, extra)
     samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
@@ -115,6 +117,8 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
         if kept_reading_at(i, len(evals)):
             watch.keep(done)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
+        if until is not None and until(acc):
+            break
     # after the last validation and outside train_s, as in a trial: the curve never sees it (the
     # bare model, rank 0's own batches: no collective)
     gns = (noise_scale(model, stepper.batches, lambda b: stepper.autocast_loss(b, model), config.budget.gns_batches)
@@ -156,9 +160,13 @@ def _validate(config: Config, model: torch.nn.Module, val: Any, device: torch.de
 
 def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
                 confirm_of: int | str | None = None, extra: dict[str, Any] | None = None,
-                threads: int | None = None) -> TrialResult:
+                threads: int | None = None, until: Callable[[float], bool] | None = None) -> TrialResult:
     """Train ``params`` for the confirmation budget, validating ``confirm.evaluations`` times.
-    Never raises for trial faults (``oom``, ``diverged``, ``failed`` records, as any trial)."""
+    Never raises for trial faults (``oom``, ``diverged``, ``failed`` records, as any trial).
+
+    ``until``: called with each validation's value; the run ends at the first one it is true for
+    (for a caller that reads only the time to a target: the curve up to there is the one the
+    whole run would have). Only in tune_batch's own loop."""
     start = time.perf_counter()
     p = Params.of(params)
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
@@ -166,6 +174,9 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
         return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 is confirmed on a worker group: use the ray "
                            "backend", duration_s=0.0, info=base)
     if config.train.loop != "tune_batch":  # in the user's own trainer, with its own evaluation (trial/trainers/)
+        if until is not None:
+            raise ValueError(f"confirm_run(until=...) runs in tune_batch's own loop, not train.loop "
+                             f"{config.train.loop!r}")
         from tune_batch.trial.trainers.curve import confirm_trainer
 
         samples = confirm_samples(config, 0)  # confirm.epochs is refused for a trainer loop (preflight)
@@ -173,15 +184,18 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
             config, p, samples, confirm_timeout_s(config, samples), confirm_of=confirm_of, start=start).replace(
             trial_id=trial_id))
     return boundary(p, trial_id, threads, start, base, lambda: confirm_measure(
-        config, p, Placement(threads=threads), confirm_of=confirm_of, extra=extra, start=start).replace(
+        config, p, Placement(threads=threads), confirm_of=confirm_of, extra=extra, start=start, until=until).replace(
         trial_id=trial_id))
 
 
 def confirm_measure(config: Config, params: Params, placement: Placement = Placement(), *,
                     confirm_of: int | str | None = None, extra: dict[str, Any] | None = None,
-                    start: float | None = None) -> TrialResult:
+                    start: float | None = None, until: Callable[[float], bool] | None = None) -> TrialResult:
     """A confirmation run on this worker (every rank of a data-parallel group runs it; rank 0's
-    record is the run's: its curve, its validation). Raises on any fault."""
+    record is the run's: its curve, its validation). Raises on any fault. ``until``: as in
+    ``confirm_run``, one worker only (the other ranks of a group do not see the value)."""
+    if until is not None and placement.world > 1:
+        raise ValueError(f"until= stops a one-worker run; this placement has {placement.world} workers")
     start = time.perf_counter() if start is None else start
     p = params
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
@@ -191,7 +205,7 @@ def confirm_measure(config: Config, params: Params, placement: Placement = Place
     with precision_flags(config.train.precision, device):
         def attempt(accumulation: int) -> tuple[_Run, MemoryCap]:
             cap = apply_memory_cap(config, device)
-            return _curve(config, p, device, start, extra, cap, accumulation, placement), cap
+            return _curve(config, p, device, start, extra, cap, accumulation, placement, until), cap
 
         (run, cap), accumulation = with_accumulation(config, p.batch_size // world, world, device, attempt)
     samples, train_s, acc, loss = run.curve[-1]
