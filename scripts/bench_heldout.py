@@ -440,6 +440,10 @@ def side(name: str, picks: list[dict], runs: int, out: Path, stick: dict) -> lis
     the learning rate does not depend on the length)."""
     cfg = run_config(load(name), WORKLOADS[name]["length"])
     target, direction = stick["target"], stick["direction"]
+
+    def at_target(value: float) -> bool:
+        return reached(value, target, direction)
+
     path = out / f"{name}_side.jsonl"
     configs = sorted({key(p) for p in picks})
     done = {(key(r["params"]), r["seed"]) for r in jsonl(path)}
@@ -452,8 +456,7 @@ def side(name: str, picks: list[dict], runs: int, out: Path, stick: dict) -> lis
         for b, lr in order:
             if ((b, lr), seed) in done:
                 continue
-            row = train_full(cfg, {"batch_size": b, "lr": lr}, seed,
-                             until=lambda v: reached(v, target, direction))
+            row = train_full(cfg, {"batch_size": b, "lr": lr}, seed, until=at_target)
             append(path, row)
             n += 1
             t = ttt(row["curve"], target, direction)

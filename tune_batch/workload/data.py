@@ -63,13 +63,19 @@ def digits(cfg: DataConfig, seed: int) -> Datasets:
                     f"digits ({len(tr)} train / {len(va)} val, {x.shape[-1]} px)")
 
 
+def class_patterns(g: torch.Generator, classes: int, side: int, grain: int) -> torch.Tensor:
+    """One smooth random 3 x ``side`` x ``side`` pattern per class: ``grain`` x ``grain`` noise from
+    ``g``, upsampled bilinearly (the synthetic image sets' classes)."""
+    return F.interpolate(torch.randn(classes, 3, grain, grain, generator=g), size=(side, side), mode="bilinear",
+                         align_corners=False)
+
+
 def synthetic(cfg: DataConfig, seed: int, num_classes: int) -> Datasets:
     """Seeded CIFAR-shaped images: each class a smooth random pattern, each sample that pattern
     shifted, scaled and buried in noise, so the labels can be learnt but not for free."""
     side = cfg.resize or 32
     g = torch.Generator().manual_seed(seed + 7919)
-    protos = F.interpolate(torch.randn(num_classes, 3, 8, 8, generator=g), size=(side, side),
-                           mode="bilinear", align_corners=False)
+    protos = class_patterns(g, num_classes, side, 8)
     n = cfg.synthetic_samples + cfg.val_samples
     y = torch.randint(0, num_classes, (n,), generator=g)
     scale = 0.5 + torch.rand(n, 1, 1, 1, generator=g)

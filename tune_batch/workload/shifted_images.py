@@ -8,8 +8,9 @@ workload (``benchmarks/heldout/bn_wd_cnn.yaml``); offline."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
+
+from tune_batch.workload.data import class_patterns
 
 
 def data(samples: int = 8192, val_samples: int = 1024, side: int = 28, classes: int = 10, noise: float = 3.0,
@@ -17,8 +18,7 @@ def data(samples: int = 8192, val_samples: int = 1024, side: int = 28, classes: 
     """(train, val): ``samples`` and ``val_samples`` float images of 3 x ``side`` x ``side`` with
     labels in ``range(classes)``, drawn from one seeded generator (the same call, the same data)."""
     g = torch.Generator().manual_seed(seed + 7919)
-    protos = F.interpolate(torch.randn(classes, 3, 7, 7, generator=g), size=(side, side), mode="bilinear",
-                           align_corners=False)
+    protos = class_patterns(g, classes, side, 7)
     n = samples + val_samples
     y = torch.randint(0, classes, (n,), generator=g)
     scale = 0.5 + torch.rand(n, 1, 1, 1, generator=g)
