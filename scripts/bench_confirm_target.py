@@ -1,0 +1,161 @@
+"""Which confirmation target picks the config that reaches a late target soonest? A replay of the
+confirmation's choice on a development workload's 3-seed grid (no training, seconds).
+
+The held-out decision benchmark (``bench_decision.py --heldout``) found the default confirmation
+picking, on all three held-out workloads, the candidates fastest to its own early target: the
+highest learning rates, slower to the late yardstick. A remedy must be chosen on development
+workloads, not on those. This script replays the choice on a grid measured by
+``bench_decision.py --heldout --dev --workloads quickstart --phase grid`` (every point x 3 seeds
+at the full length, validated 32 times), with bench_heldout's yardstick (0.99 x the best final
+val_acc; for a loss 0.99 of the way from the first validation to the best final).
+
+For every set of ``--candidates`` grid points (what confirmation is handed) and each rule:
+- each candidate's confirmation runs are its grid runs on two seeds, cut at the rule's length;
+- the rule's own target is ``fraction`` x the best val_acc any candidate reached within that
+  length (for a loss: that fraction of the way from the first validation to the best), as
+  ``tune_batch.decide.confirm`` sets it;
+- the pick is the candidate with the least median time to that target (ties: each tied
+  candidate counts with equal weight);
+- its regret is its time to the late yardstick on the third seed, over the fastest of the set
+  on that seed (sets in which no candidate reaches it on that seed are left out).
+Each of the three seeds is held back in turn. What it leaves out: the noise-scale prediction that
+the recommendation blends with the measured time (``estimate_time``), the baseline and the other
+GPU count among the candidates, and the search that chooses the candidates (every set of points
+counts once, a real search's candidates are better than most).
+
+Rules compared (fixed before any grid was read): fractions 0.90, 0.95 (the default), 0.98, 0.99
+and 1.0 of the best reached, each at confirmation lengths of 4 trials (the default) and 8 trials;
+and the default target and length with the lowest learning rate among the candidates within
+1.25x of the least time (the spread of one config's runs; learning rates best for short runs are
+too high for long ones: Bjorck et al., ICLR 2025).
+
+Usage: python scripts/bench_confirm_target.py --workload quickstart --grid DIR/quickstart_grid.jsonl
+Ends with: RESULT workload=... sets=... then per rule ``f<fraction>_l<trials>_median=`` (median
+regret), ``_p90=`` and ``_miss=`` (share of sets whose pick never reaches the yardstick on the
+held-back seed while another candidate does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_heldout as bh  # noqa: E402
+
+FRACTIONS = (0.90, 0.95, 0.98, 0.99, 1.0)
+LENGTHS_IN_TRIALS = (4, 8)
+LOWER_LR_WITHIN = 1.25
+# (fraction, confirmation length in trials, pick the lowest lr within this factor of the least time)
+RULES = [(f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in FRACTIONS] + [(0.95, 4, LOWER_LR_WITHIN)]
+
+
+def cut(curve: list, samples: float) -> list:
+    return [c for c in curve if c[0] <= samples + 0.5]
+
+
+def own_target(curves: dict, fraction: float, direction: str) -> float | None:
+    """The rule's target over the candidates' cut curves (``curves``: point -> list of curves)."""
+    values = [c[2] for cs in curves.values() for cv in cs for c in cv if c[2] == c[2]]
+    if not values:
+        return None
+    if direction == "maximize":
+        return fraction * max(values)
+    firsts = [cv[0][2] for cs in curves.values() for cv in cs if cv]
+    start, best = statistics.median(firsts), min(values)
+    return start + fraction * (best - start) if best < start else None
+
+
+def choose(points: tuple, runs: dict, seeds: tuple, samples: float, fraction: float, direction: str,
+           within: float = 1.0) -> list:
+    """The pick(s) of one rule: the points with the least median time to the rule's own target
+    (``within`` > 1: the lowest learning rate among those within that factor of the least)."""
+    curves = {p: [cut(runs[p][s], samples) for s in seeds] for p in points}
+    target = own_target(curves, fraction, direction)
+    if target is None:
+        return []
+    times = {p: statistics.median([bh.ttt(cv, target, direction) for cv in curves[p]]) for p in points}
+    least = min(times.values())
+    if not math.isfinite(least):
+        return []
+    near = [p for p, t in times.items() if t <= least * within]
+    if within > 1.0:
+        low = min(p[1] for p in near)
+        return [p for p in near if p[1] == low]
+    return near
+
+
+def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tuple[dict, dict, int]:
+    stick = bh.yardstick(workload, rows)
+    direction, late = stick["direction"], stick["target"]
+    runs: dict = {}
+    for r in rows:
+        if r["status"] == "ok" and r["curve"]:
+            runs.setdefault(bh.key(r["params"]), {})[r["seed"]] = r["curve"]
+    seeds_all = sorted({s for v in runs.values() for s in v})
+    points = sorted(p for p, v in runs.items() if len(v) == len(seeds_all))
+    late_t = {p: {s: bh.ttt(runs[p][s], late, direction) for s in seeds_all} for p in points}
+    rules = RULES
+    regrets: dict = {r: [] for r in rules}
+    misses: dict = {r: [] for r in rules}
+    sets = 0
+    for held in seeds_all:
+        conf_seeds = tuple(s for s in seeds_all if s != held)
+        for combo in itertools.combinations(points, k):
+            fastest = min(late_t[p][held] for p in combo)
+            if not math.isfinite(fastest):
+                continue
+            sets += 1
+            for rule in rules:
+                f, n, within = rule
+                picks = choose(combo, runs, conf_seeds, n * trial_samples, f, direction, within)
+                if not picks:  # no candidate reached the rule's own target: nothing recommended
+                    regrets[rule].append(math.inf)
+                    misses[rule].append(1.0)
+                    continue
+                rs = [late_t[p][held] / fastest for p in picks]
+                regrets[rule].append(statistics.fmean(rs) if all(map(math.isfinite, rs)) else math.inf)
+                misses[rule].append(sum(1 for x in rs if not math.isfinite(x)) / len(rs))
+    return stick, {r: (regrets[r], misses[r]) for r in rules}, sets
+
+
+def quantile(xs: list[float], q: float) -> float:
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, int(q * len(ys)))] if ys else math.nan
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", required=True, choices=sorted(bh.WORKLOADS))
+    ap.add_argument("--grid", type=Path, required=True, help="<workload>_grid.jsonl (bench_heldout's grid phase)")
+    ap.add_argument("--candidates", type=int, default=3, help="points handed to confirmation (default 3)")
+    args = ap.parse_args(argv)
+    if not args.grid.exists():
+        sys.exit(f"error: --grid {args.grid}: no such file (bench_decision.py --heldout --phase grid writes it)")
+    rows = bh.jsonl(args.grid)
+    cfg = bh.load(args.workload)
+    trial_samples = float(cfg.budget.train_samples)
+    stick, by_rule, sets = study(args.workload, rows, args.candidates, trial_samples)
+    print(f"{args.workload}: {stick['points']} points, {stick['runs']} runs; yardstick {stick['metric']} "
+          f"{'>=' if stick['direction'] == 'maximize' else '<='} {stick['target']:.4g}, reached by "
+          f"{stick['reaching']} points; {sets} candidate sets of {args.candidates} (x held-back seed) in which "
+          f"some candidate reaches it; a trial is {trial_samples:.0f} samples")
+    print(f"{'rule':<44} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}")
+    out = [f"workload={args.workload}", f"sets={sets}"]
+    for (f, n, within), (reg, miss) in by_rule.items():
+        med, p75, p90, m = statistics.median(reg), quantile(reg, 0.75), quantile(reg, 0.9), statistics.fmean(miss)
+        tag = " (default)" if (f, n, within) == (0.95, 4, 1.0) else ""
+        low = f", lowest lr within {within:g}x" if within > 1.0 else ""
+        print(f"{f'f {f:.2f}, {n} trials long{low}{tag}':<44} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}")
+        name = f"f{f:.2f}_l{n}".replace(".", "") + ("_lowlr" if within > 1.0 else "")
+        out += [f"{name}_median={med:.3f}", f"{name}_p90={p90:.3f}", f"{name}_miss={m:.3f}"]
+    print("RESULT " + " ".join(out))
+
+
+if __name__ == "__main__":
+    main()
