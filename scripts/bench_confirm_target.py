@@ -32,7 +32,8 @@ too high for long ones: Bjorck et al., ICLR 2025).
 Usage: python scripts/bench_confirm_target.py --workload quickstart --grid DIR/quickstart_grid.jsonl
 Ends with: RESULT workload=... sets=... then per rule ``f<fraction>_l<trials>_median=`` (median
 regret), ``_p90=`` and ``_miss=`` (share of sets whose pick never reaches the yardstick on the
-held-back seed while another candidate does).
+held-back seed while another candidate does, or in which no candidate reached the rule's own
+target, so nothing was picked).
 """
 
 from __future__ import annotations
@@ -100,9 +101,8 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
     seeds_all = sorted({s for v in runs.values() for s in v})
     points = sorted(p for p, v in runs.items() if len(v) == len(seeds_all))
     late_t = {p: {s: bh.ttt(runs[p][s], late, direction) for s in seeds_all} for p in points}
-    rules = RULES
-    regrets: dict = {r: [] for r in rules}
-    misses: dict = {r: [] for r in rules}
+    regrets: dict = {r: [] for r in RULES}
+    misses: dict = {r: [] for r in RULES}
     sets = 0
     for held in seeds_all:
         conf_seeds = tuple(s for s in seeds_all if s != held)
@@ -111,7 +111,7 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
             if not math.isfinite(fastest):
                 continue
             sets += 1
-            for rule in rules:
+            for rule in RULES:
                 f, n, within = rule
                 picks = choose(combo, runs, conf_seeds, n * trial_samples, f, direction, within)
                 if not picks:  # no candidate reached the rule's own target: nothing recommended
@@ -121,7 +121,7 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
                 rs = [late_t[p][held] / fastest for p in picks]
                 regrets[rule].append(statistics.fmean(rs) if all(map(math.isfinite, rs)) else math.inf)
                 misses[rule].append(sum(1 for x in rs if not math.isfinite(x)) / len(rs))
-    return stick, {r: (regrets[r], misses[r]) for r in rules}, sets
+    return stick, {r: (regrets[r], misses[r]) for r in RULES}, sets
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -136,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--candidates", type=int, default=3, help="points handed to confirmation (default 3)")
     args = ap.parse_args(argv)
     if not args.grid.exists():
-        sys.exit(f"error: --grid {args.grid}: no such file (bench_decision.py --heldout --phase grid writes it)")
+        ap.error(f"--grid {args.grid}: no such file (bench_decision.py --heldout --phase grid writes it)")
+    if args.candidates < 1:
+        ap.error(f"--candidates {args.candidates}: give 1 or more (confirmation's default is 3)")
     rows = bh.jsonl(args.grid)
     cfg = bh.load(args.workload)
     trial_samples = float(cfg.budget.train_samples)
