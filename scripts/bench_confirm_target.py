@@ -29,6 +29,18 @@ and the default target and length with the lowest learning rate among the candid
 1.25x of the least time (the spread of one config's runs; learning rates best for short runs are
 too high for long ones: Bjorck et al., ICLR 2025).
 
+Rules added 2026-12-05, after the quickstart and synthetic grids had been read and before the
+noisy_tabular grid was measured (the default's own target is "the best any run reached", set by
+one lucky validation, which a 2-run median rarely reaches at 0.99 or 1.0):
+- ``level``: the target is ``fraction`` (0.98, 0.99, 1.0) x the best candidate's level, a
+  candidate's level being the median over its runs of the mean of the last quarter of each cut
+  curve's validations (for a loss: that fraction of the way from the first validation to the
+  best level); at 4 and 8 trials;
+- ``at_length``: the goal's rule without a target (``Confirmation.best_at_length``): the best mean
+  final value at the cut, and among the candidates within noise of it (95 % interval of the gap,
+  from the runs' spread pooled over the candidates) the one whose runs took the least time; at 4
+  and 8 trials.
+
 Usage: python scripts/bench_confirm_target.py --workload quickstart --grid DIR/quickstart_grid.jsonl
 Ends with: RESULT workload=... sets=... then per rule ``f<fraction>_l<trials>_median=`` (median
 regret), ``_p90=`` and ``_miss=`` (share of sets whose pick never reaches the yardstick on the
@@ -49,11 +61,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_heldout as bh  # noqa: E402
 
+from tune_batch.analysis.noise import pooled_sd, t95  # noqa: E402
+
 FRACTIONS = (0.90, 0.95, 0.98, 0.99, 1.0)
+LEVEL_FRACTIONS = (0.98, 0.99, 1.0)
 LENGTHS_IN_TRIALS = (4, 8)
 LOWER_LR_WITHIN = 1.25
-# (fraction, confirmation length in trials, pick the lowest lr within this factor of the least time)
-RULES = [(f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in FRACTIONS] + [(0.95, 4, LOWER_LR_WITHIN)]
+# (target kind, fraction, confirmation length in trials, pick the lowest lr within this factor of
+# the least time); kind "best": of the best any run reached (the default), "level": of the best
+# candidate's level, "at_length": no target, the goal's best-at-length rule (fraction unused)
+RULES = ([("best", f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in FRACTIONS] + [("best", 0.95, 4, LOWER_LR_WITHIN)]
+         + [("level", f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in LEVEL_FRACTIONS]
+         + [("at_length", 1.0, n, 1.0) for n in LENGTHS_IN_TRIALS])
+DEFAULT = ("best", 0.95, 4, 1.0)
 
 
 def cut(curve: list, samples: float) -> list:
@@ -72,12 +92,57 @@ def own_target(curves: dict, fraction: float, direction: str) -> float | None:
     return start + fraction * (best - start) if best < start else None
 
 
+def level(curve: list) -> float:
+    """Where a cut curve levelled off: the mean of its last quarter of validations (at least one)."""
+    values = [c[2] for c in curve if c[2] == c[2]]
+    if not values:
+        return math.nan
+    return statistics.fmean(values[-max(1, len(values) // 4):])
+
+
+def level_target(curves: dict, fraction: float, direction: str) -> float | None:
+    """The ``level`` rule's target: ``fraction`` x the best candidate's level (its runs' median)."""
+    levels = [statistics.median([level(cv) for cv in cs]) for cs in curves.values() if all(cs)]
+    levels = [x for x in levels if x == x]
+    if not levels:
+        return None
+    if direction == "maximize":
+        return fraction * max(levels)
+    firsts = [cv[0][2] for cs in curves.values() for cv in cs if cv]
+    start, best = statistics.median(firsts), min(levels)
+    return start + fraction * (best - start) if best < start else None
+
+
+def at_length(curves: dict, direction: str) -> list:
+    """The goal's best-at-length rule on cut curves (as ``Confirmation.best_at_length``)."""
+    sign = 1.0 if direction == "maximize" else -1.0
+    finals = {p: [cv[-1][2] for cv in cs if cv and cv[-1][2] == cv[-1][2]] for p, cs in curves.items()}
+    finals = {p: v for p, v in finals.items() if v}
+    if not finals:
+        return []
+    mean = {p: statistics.fmean(v) for p, v in finals.items()}
+    top = max(finals, key=lambda p: sign * mean[p])
+    sd, df = pooled_sd(list(finals.values()))
+
+    def near(p: tuple) -> bool:
+        gap = sign * (mean[top] - mean[p])
+        return gap <= 0.0 or (sd is not None and
+                              gap <= t95(df) * sd * math.sqrt(1 / len(finals[top]) + 1 / len(finals[p])))
+
+    seconds = {p: statistics.median([cv[-1][1] for cv in curves[p] if cv]) for p in finals if near(p)}
+    least = min(seconds.values())
+    return [p for p, t in seconds.items() if t == least]
+
+
 def choose(points: tuple, runs: dict, seeds: tuple, samples: float, fraction: float, direction: str,
-           within: float = 1.0) -> list:
+           within: float = 1.0, kind: str = "best") -> list:
     """The pick(s) of one rule: the points with the least median time to the rule's own target
-    (``within`` > 1: the lowest learning rate among those within that factor of the least)."""
+    (``within`` > 1: the lowest learning rate among those within that factor of the least);
+    ``kind`` "at_length": the goal's best-at-length rule instead."""
     curves = {p: [cut(runs[p][s], samples) for s in seeds] for p in points}
-    target = own_target(curves, fraction, direction)
+    if kind == "at_length":
+        return at_length(curves, direction)
+    target = (level_target if kind == "level" else own_target)(curves, fraction, direction)
     if target is None:
         return []
     times = {p: statistics.median([bh.ttt(cv, target, direction) for cv in curves[p]]) for p in points}
@@ -112,8 +177,8 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
                 continue
             sets += 1
             for rule in RULES:
-                f, n, within = rule
-                picks = choose(combo, runs, conf_seeds, n * trial_samples, f, direction, within)
+                kind, f, n, within = rule
+                picks = choose(combo, runs, conf_seeds, n * trial_samples, f, direction, within, kind)
                 if not picks:  # no candidate reached the rule's own target: nothing recommended
                     regrets[rule].append(math.inf)
                     misses[rule].append(1.0)
@@ -147,14 +212,17 @@ def main(argv: list[str] | None = None) -> None:
           f"{'>=' if stick['direction'] == 'maximize' else '<='} {stick['target']:.4g}, reached by "
           f"{stick['reaching']} points; {sets} candidate sets of {args.candidates} (x held-back seed) in which "
           f"some candidate reaches it; a trial is {trial_samples:.0f} samples")
-    print(f"{'rule':<44} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}")
+    print(f"{'rule':<52} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}")
     out = [f"workload={args.workload}", f"sets={sets}"]
-    for (f, n, within), (reg, miss) in by_rule.items():
+    for (kind, f, n, within), (reg, miss) in by_rule.items():
         med, p75, p90, m = statistics.median(reg), quantile(reg, 0.75), quantile(reg, 0.9), statistics.fmean(miss)
-        tag = " (default)" if (f, n, within) == (0.95, 4, 1.0) else ""
+        tag = " (default)" if (kind, f, n, within) == DEFAULT else ""
         low = f", lowest lr within {within:g}x" if within > 1.0 else ""
-        print(f"{f'f {f:.2f}, {n} trials long{low}{tag}':<44} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}")
-        name = f"f{f:.2f}_l{n}".replace(".", "") + ("_lowlr" if within > 1.0 else "")
+        what = {"best": f"f {f:.2f} of the best reached", "level": f"f {f:.2f} of the best level",
+                "at_length": "best at length (goal rule)"}[kind]
+        print(f"{f'{what}, {n} trials long{low}{tag}':<52} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}")
+        name = {"best": f"f{f:.2f}", "level": f"level{f:.2f}", "at_length": "atlen"}[kind].replace(".", "")
+        name += f"_l{n}" + ("_lowlr" if within > 1.0 else "")
         out += [f"{name}_median={med:.3f}", f"{name}_p90={p90:.3f}", f"{name}_miss={m:.3f}"]
     print("RESULT " + " ".join(out))
 

@@ -82,6 +82,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},
+    # for choosing a confirmation rule (bench_confirm_target.py), not for judging one
+    "noisy_tabular": {"config": REPO / "benchmarks" / "dev" / "noisy_tabular.yaml", "length": 131072,
+                      "held_out": False},
 }
 FRACTION, EVALUATIONS, GRID_SEEDS, LRS = 0.99, 32, 3, 5
 ARMS = ("baseline", "max_batch_linear_lr", "lightning", "random_equal", "asha")

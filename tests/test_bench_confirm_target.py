@@ -32,9 +32,15 @@ def test_an_early_own_target_picks_the_fast_starter_that_never_reaches_the_late_
     stick, by_rule, sets = replay.study("quickstart", rows, 2, 4096.0)
     assert stick["target"] == pytest.approx(0.99 * low[-1])
     assert sets == 3  # one set of the two points, each of the 3 seeds held back once
-    regrets, misses = by_rule[(0.95, 4, 1.0)]  # the default: 0.95 x 0.869 is passed by "high" at its 2nd validation
-    assert regrets == [math.inf] * 3 and misses == [1.0] * 3
-    for rule in [(1.0, 4, 1.0), (0.95, 8, 1.0), (0.99, 8, 1.0)]:  # the best reached, or twice as long: "low"
+    # the default: 0.95 x 0.869 is passed by "high" at its 2nd validation; so is the level rule's
+    # target at 4 trials (high's level 0.85 is above low's, 0.848, over its last 4 validations)
+    for rule in [("best", 0.95, 4, 1.0), ("level", 1.0, 4, 1.0)]:
+        regrets, misses = by_rule[rule]
+        assert regrets == [math.inf] * 3 and misses == [1.0] * 3, rule
+    # the best reached, or twice as long ("low" levels at 0.955 over validations 25-32), or the
+    # best final value at 4 trials (0.869 against 0.85, no spread between seeds): "low"
+    for rule in [("best", 1.0, 4, 1.0), ("best", 0.95, 8, 1.0), ("best", 0.99, 8, 1.0), ("level", 0.98, 8, 1.0),
+                 ("at_length", 1.0, 4, 1.0)]:
         regrets, misses = by_rule[rule]
         assert regrets == [1.0] * 3 and misses == [0.0] * 3, rule
 
@@ -44,3 +50,16 @@ def test_the_lower_learning_rate_wins_among_candidates_within_the_factor(replay)
     assert replay.choose(tuple(runs), runs, (0,), 4096.0, 0.95, "maximize") == [(16, 0.1)]
     assert replay.choose(tuple(runs), runs, (0,), 4096.0, 0.95, "maximize", within=1.25) == [(16, 0.01)]
     assert replay.choose(tuple(runs), runs, (0,), 4096.0, 0.95, "maximize", within=1.1) == [(16, 0.1)]
+
+
+def test_at_length_takes_the_quicker_of_two_finals_within_noise(replay) -> None:
+    # two runs each; a's final mean 0.90, b's 0.89, the runs' pooled spread 0.02: within noise, and
+    # b's runs took less time (2 s against 4 s); c is far below and quicker still
+    runs = {(16, 0.01): [[[1024.0, 4.0, 0.88]], [[1024.0, 4.0, 0.92]]],
+            (64, 0.01): [[[1024.0, 2.0, 0.87]], [[1024.0, 2.0, 0.91]]],
+            (256, 0.01): [[[1024.0, 1.0, 0.50]], [[1024.0, 1.0, 0.52]]]}
+    assert replay.at_length(runs, "maximize") == [(64, 0.01)]
+    tight = {k: [[[c[0], c[1], {16: 0.90, 64: 0.89, 256: 0.5}[k[0]]]] for (c,) in v]
+             for k, v in runs.items()}  # no spread between any runs: a is alone at the top
+    assert replay.at_length(tight, "maximize") == [(16, 0.01)]
+    assert replay.level([[1.0, 1.0, v] for v in (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9)]) == pytest.approx(0.85)

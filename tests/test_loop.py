@@ -111,8 +111,8 @@ def test_compiled_trial_keeps_compile_time_out_of_the_window() -> None:
 
 def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> None:
     cfg = load_config(REPO / "configs" / "tiny_lm.yaml",
-                      ["search.backend=optuna", "budget.trials=3", "repeats.seeds=0", "budget.train_samples=2048",
-                       "resources.peak_flops=1e11", "confirm.seeds=1", "confirm.train_samples=4096",
+                      ["search.backend=optuna", "budget.trials=3", "repeats.seeds=0", "budget.train_samples=1024",
+                       "resources.peak_flops=1e11", "confirm.seeds=1", "confirm.train_samples=2048",
                        "confirm.evaluations=4"])
     res = search(cfg, tmp_path / "run", quiet=True)
     recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
