@@ -156,7 +156,7 @@ def choose(points: tuple, runs: dict, seeds: tuple, samples: float, fraction: fl
     return near
 
 
-def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tuple[dict, dict, int]:
+def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tuple[dict, dict, int, list]:
     stick = bh.yardstick(workload, rows)
     direction, late = stick["direction"], stick["target"]
     runs: dict = {}
@@ -169,6 +169,7 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
     regrets: dict = {r: [] for r in RULES}
     misses: dict = {r: [] for r in RULES}
     sets = 0
+    helds: list = []  # the held-back seed of each set, in order
     for held in seeds_all:
         conf_seeds = tuple(s for s in seeds_all if s != held)
         for combo in itertools.combinations(points, k):
@@ -176,6 +177,7 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
             if not math.isfinite(fastest):
                 continue
             sets += 1
+            helds.append(held)
             for rule in RULES:
                 kind, f, n, within = rule
                 picks = choose(combo, runs, conf_seeds, n * trial_samples, f, direction, within, kind)
@@ -186,7 +188,7 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
                 rs = [late_t[p][held] / fastest for p in picks]
                 regrets[rule].append(statistics.fmean(rs) if all(map(math.isfinite, rs)) else math.inf)
                 misses[rule].append(sum(1 for x in rs if not math.isfinite(x)) / len(rs))
-    return stick, {r: (regrets[r], misses[r]) for r in RULES}, sets
+    return stick, {r: (regrets[r], misses[r]) for r in RULES}, sets, helds
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -207,12 +209,15 @@ def main(argv: list[str] | None = None) -> None:
     rows = bh.jsonl(args.grid)
     cfg = bh.load(args.workload)
     trial_samples = float(cfg.budget.train_samples)
-    stick, by_rule, sets = study(args.workload, rows, args.candidates, trial_samples)
+    stick, by_rule, sets, helds = study(args.workload, rows, args.candidates, trial_samples)
     print(f"{args.workload}: {stick['points']} points, {stick['runs']} runs; yardstick {stick['metric']} "
           f"{'>=' if stick['direction'] == 'maximize' else '<='} {stick['target']:.4g}, reached by "
           f"{stick['reaching']} points; {sets} candidate sets of {args.candidates} (x held-back seed) in which "
           f"some candidate reaches it; a trial is {trial_samples:.0f} samples")
-    print(f"{'rule':<52} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}")
+    seeds = sorted(set(helds))
+    print("p90 and miss: over every set; in brackets, over the sets of each held-back seed (seeds "
+          f"{', '.join(map(str, seeds))}): the spread that one seed's runs make")
+    print(f"{'rule':<52} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}   {'p90 by seed':<22} miss by seed")
     out = [f"workload={args.workload}", f"sets={sets}"]
     for (kind, f, n, within), (reg, miss) in by_rule.items():
         med, p75, p90, m = statistics.median(reg), quantile(reg, 0.75), quantile(reg, 0.9), statistics.fmean(miss)
@@ -220,7 +225,12 @@ def main(argv: list[str] | None = None) -> None:
         low = f", lowest lr within {within:g}x" if within > 1.0 else ""
         what = {"best": f"f {f:.2f} of the best reached", "level": f"f {f:.2f} of the best level",
                 "at_length": "best at length (goal rule)"}[kind]
-        print(f"{f'{what}, {n} trials long{low}{tag}':<52} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}")
+        by_seed = [([x for x, h in zip(reg, helds) if h == sd], [x for x, h in zip(miss, helds) if h == sd])
+                   for sd in seeds]
+        p90s = " ".join(f"{quantile(r, 0.9):.3f}" for r, _ in by_seed)
+        ms = " ".join(f"{statistics.fmean(x):.3f}" for _, x in by_seed)
+        print(f"{f'{what}, {n} trials long{low}{tag}':<52} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}   "
+              f"[{p90s}]{'':<3} [{ms}]")
         name = {"best": f"f{f:.2f}", "level": f"level{f:.2f}", "at_length": "atlen"}[kind].replace(".", "")
         name += f"_l{n}" + ("_lowlr" if within > 1.0 else "")
         out += [f"{name}_median={med:.3f}", f"{name}_p90={p90:.3f}", f"{name}_miss={m:.3f}"]

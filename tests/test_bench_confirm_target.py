@@ -29,9 +29,9 @@ def test_an_early_own_target_picks_the_fast_starter_that_never_reaches_the_late_
     high = [0.80] + [0.85] * 63
     low = [0.99 - 0.6 * math.exp(-i / 10) for i in range(1, 65)]
     rows = [_row(16, 0.1, s, high) for s in range(3)] + [_row(16, 0.01, s, low) for s in range(3)]
-    stick, by_rule, sets = replay.study("quickstart", rows, 2, 4096.0)
+    stick, by_rule, sets, helds = replay.study("quickstart", rows, 2, 4096.0)
     assert stick["target"] == pytest.approx(0.99 * low[-1])
-    assert sets == 3  # one set of the two points, each of the 3 seeds held back once
+    assert sets == 3 and helds == [0, 1, 2]  # one set of the two points, each of the 3 seeds held back once
     # the default: 0.95 x 0.869 is passed by "high" at its 2nd validation; so is the level rule's
     # target at 4 trials (high's level 0.85 is above low's, 0.848, over its last 4 validations)
     for rule in [("best", 0.95, 4, 1.0), ("level", 1.0, 4, 1.0)]:

@@ -15,6 +15,8 @@ from tune_batch.analysis.pareto import parse_prefer
 from tune_batch.decide.confirm import first_reach, kendall_tau, search_noise_scale
 from tune_batch.decide.recommend import confirm_candidates, decide
 from tune_batch.decide.repeats import candidates
+from tune_batch.decide.target import default_target as _target
+from tune_batch.decide.target import fraction, level
 from tune_batch.output.text import render_summary
 from tune_batch.pipeline.search import search
 from tune_batch.store.records import Status, TrialResult
@@ -47,7 +49,9 @@ OBJ = [{"metric": "samples_per_s"}, {"metric": "val_acc"}]
 
 
 def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
-    cfg = tiny_config(objectives=OBJ)
+    # the earlier default target (0.95 x the best any run reached): the runs below are the level
+    # rule's case in the next test
+    cfg = tiny_config(objectives=OBJ, confirm={"target_from": "best"})
     # the short trials: 0 is the knee (fast and accurate); 1 is more accurate, slower per sample
     short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=32, lr=0.001)]
     assert decide(cfg, short).recommended.trial_id == 0
@@ -73,6 +77,35 @@ def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
     none = decide(tiny_config(objectives=OBJ, confirm={"target": 0.99}), short + runs)
     assert none.recommended is None and all(c.time_to_target_s is None for c in none.confirmation.candidates)
     assert "never reached it" in render_summary(none)
+
+
+def test_the_default_target_is_near_where_the_best_candidate_levels_off() -> None:
+    """Batch 16 passes 0.95 x the best any run reached first (0.93 at 3 s) and levels off at 0.96;
+    batch 64 levels off at 0.97. The default target, 0.99 x the best candidate's level (the mean of
+    each run's last quarter of validations, the median over its runs), is 0.960: only batch 64
+    gets there. For a loss, the same fraction of the way from the first validation to that level."""
+    cfg = tiny_config(objectives=OBJ)
+    assert cfg.confirm.target_from == "level" and fraction(cfg.confirm) == 0.99
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=32, lr=0.001)]
+    runs = [_rec("0c0", 1000, 0.97, b=64, confirm_of=0, curve=_curve([0.3, 0.6, 0.8, 0.97], step_s=1.0)),
+            _rec("1c0", 600, 0.96, b=16, confirm_of=1, curve=_curve([0.7, 0.93, 0.95, 0.96], step_s=1.5))]
+    report = decide(cfg, short + runs)
+    conf = report.confirmation
+    assert conf.target == pytest.approx(0.99 * 0.97)
+    assert "0.99 x the best candidate's level" in conf.target_how
+    assert report.recommended.trial_id == 0 and conf.candidates[0].time_to_target_s == 4.0
+    assert conf.candidates[1].time_to_target_s is None
+    # a level is the run's last quarter: 8 validations, the mean of the last 2; two runs, their median
+    assert level(_curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 0.9])) == pytest.approx(0.85)
+    two = [_rec(f"0c{s}", 1000, 0.9, b=64, confirm_of=0, seed=s, curve=_curve([0.3, 0.6, 0.8, v]))
+           for s, v in ((0, 0.90), (1, 0.94))]
+    assert decide(cfg, short + two).confirmation.target == pytest.approx(0.99 * 0.92)
+    # a loss, minimised: 0.99 of the way from the first validation (median 3.0) to the best level (1.0)
+    target, how = _target(cfg, "val_loss", False, 0.9, 1.0, [3.0, 3.0, 2.8], [])
+    assert target == pytest.approx(3.0 - 0.99 * 2.0) and "to the best candidate's level (1: the mean" in how
+    # the earlier rule: to the best any run reached (0.9)
+    earlier = tiny_config(objectives=OBJ, confirm={"target_from": "best"})
+    assert _target(earlier, "val_loss", False, 0.9, 1.0, [3.0], [])[0] == pytest.approx(3.0 - 0.95 * 2.1)
 
 
 def test_confirmation_trains_the_accurate_configs_fastest_first_not_the_fastest_alone() -> None:
@@ -319,7 +352,7 @@ def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained()
     from tune_batch.output.frames import to_frame
     from tune_batch.output.text import render_table
 
-    cfg = tiny_config(objectives=OBJ)
+    cfg = tiny_config(objectives=OBJ, confirm={"target_from": "best"})  # batch 16 first to 0.95 x the best
     short, runs = _off_front_records()
     assert [r.trial_id for r in decide(cfg, short).front] == [0]
     report = decide(cfg, short + runs)
@@ -344,7 +377,7 @@ def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained()
 def test_the_decision_keeps_notes_by_kind_and_not_by_their_words() -> None:
     from tune_batch.analysis.notes import Note, NoteKind
 
-    cfg = tiny_config(objectives=OBJ)
+    cfg = tiny_config(objectives=OBJ, confirm={"target_from": "best"})  # batch 16 first to 0.95 x the best
     short, runs = _off_front_records()
     import tune_batch.analysis.report as report_mod
 
@@ -452,14 +485,17 @@ def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
 def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> None:
     cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3})
     short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=32, lr=0.001)]
-    # batch 16 reaches 0.95 x the best first (the default rule), batch 64 ends higher at the
-    # goal's length beyond the runs' noise: the goal asks for the best at its length
+    # batch 16 reaches 0.95 x the best first (the earlier default rule), batch 64 ends higher at
+    # the goal's length beyond the runs' noise: the goal asks for the best at its length (so does
+    # the default target now: 0.99 x the best level, which only batch 64 reaches)
     runs = [_rec(f"0c{s}", 1000, 0.99, b=64, confirm_of=0, seed=s, train_samples_done=400,
                  curve=_curve([0.3, 0.6, 0.9, 0.99 - 0.002 * s], step_s=1.0)) for s in (0, 1)]
     runs += [_rec(f"1c{s}", 600, 0.95, b=16, confirm_of=1, seed=s, train_samples_done=400,
                   curve=_curve([0.80, 0.95, 0.955, 0.95 + 0.002 * s], step_s=1.5)) for s in (0, 1)]
+    earlier = decide(tiny_config(objectives=OBJ, confirm={"target_from": "best"}), short + runs)
+    assert earlier.recommended.trial_id == 1 and not earlier.confirmation.at_length
     default = decide(tiny_config(objectives=OBJ), short + runs)
-    assert default.recommended.trial_id == 1 and not default.confirmation.at_length
+    assert default.recommended.trial_id == 0 and not default.confirmation.at_length
     report = decide(cfg, short + runs)
     conf = report.confirmation
     assert conf.at_length and report.recommended.trial_id == 0
@@ -541,4 +577,4 @@ def test_the_goal_length_is_the_confirmation_length() -> None:
     on = {"confirm": {"candidates": 3}}
     assert confirm_samples(tiny_config(goal={"train_samples": 12345}, **on), 1000) == 12345
     assert confirm_samples(tiny_config(goal={"epochs": 2.5}, **on), 1000) == 2500
-    assert confirm_samples(tiny_config(goal={"target": 0.9}, **on), 1000) == 4 * tiny_config().budget.train_samples
+    assert confirm_samples(tiny_config(goal={"target": 0.9}, **on), 1000) == 8 * tiny_config().budget.train_samples

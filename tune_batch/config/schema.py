@@ -200,7 +200,7 @@ class ConfirmConfig(_Section):
     """Front candidates trained again at a longer budget after the search, with validation along
     the way; the recommendation then comes from these runs (0: no confirmation)."""
     train_samples: int | None = Field(None, ge=1)
-    """Samples each confirmation run trains (default: 4 x budget.train_samples)."""
+    """Samples each confirmation run trains (default: 8 x budget.train_samples)."""
     epochs: float | None = Field(None, gt=0)
     """Instead of train_samples: passes over the training set."""
     evaluations: int = Field(16, ge=2, le=1000)
@@ -211,10 +211,13 @@ class ConfirmConfig(_Section):
     """The metric time to target is read on: val_acc, or an objective train.evaluate returns
     (e.g. val_loss); default: val_acc, or the first objective train.evaluate measures."""
     target: float | None = None
-    """The value of confirm.metric to reach, in its direction (default: see target_fraction)."""
-    target_fraction: float = Field(0.95, gt=0.0, le=1.0)
-    """Default target: this x the best val_acc any candidate reached; for another metric, this
-    share of the way from its first validation to the best value any candidate reached."""
+    """The value of confirm.metric to reach, in its direction (default: see target_from)."""
+    target_from: Literal["level", "best"] = "level"
+    """The default target's reference: "level", the best candidate's level (its runs' median of
+    the mean of each run's last quarter of validations), or "best", the best value any run reached."""
+    target_fraction: float | None = Field(None, gt=0.0, le=1.0)
+    """Default target: this x that reference for val_acc; for another metric, this share of the
+    way from its first validation to it. Default: 0.99 of the level, 0.95 of the best reached."""
     escalations: int = Field(2, ge=0, le=4)
     """When the short trials and the confirmation runs both learned nothing: at most this many
     more rounds, each 4x longer than the last, over the better half of its configs (successive

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tune_batch.analysis.noise import chance_floor, pooled_sd, t95
+from tune_batch.analysis.noise import pooled_sd, t95
 from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
+from tune_batch.decide.target import default_target, level
 from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult
 
@@ -263,8 +264,10 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     best_of = max if up else min
     curves = [r.info.curve or [] for _, t in ranked for r in by[t.trial_id]]
     best_any = best_of(c[2] for cv in curves for c in cv)
-    target, how = _target(config, name, up, best_any, [cv[0][2] for cv in curves if cv],
-                          [r for rs in by.values() for r in rs])
+    levels = [statistics.median(lv) for lv in ([level(r.info.curve or []) for r in by[t.trial_id]]
+                                               for _, t in ranked) if all(math.isfinite(x) for x in lv)]
+    target, how = default_target(config, name, up, best_any, best_of(levels) if levels else None,
+                          [cv[0][2] for cv in curves if cv], [r for rs in by.values() for r in rs])
     out = []
     for short_rank, t in ranked:
         rs = by[t.trial_id]
@@ -292,32 +295,6 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     return dataclasses.replace(conf, candidates=[
         dataclasses.replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))
         for x in out])
-
-
-def _target(config: Config, name: str, up: bool, best: float, firsts: list[float],
-            runs: list[TrialResult]) -> tuple[float | None, str]:
-    """(the target, how it was set): ``confirm.target``; for val_acc, ``target_fraction`` x the
-    best any candidate reached (None when that is within noise of chance); for another metric,
-    ``target_fraction`` of the way from the first validation (the median over the runs) to the
-    best value any run reached (None when no run improved on it)."""
-    c = config.confirm
-    if config.goal is not None and config.goal.target is not None:
-        return config.goal.target, "goal.target"
-    if c.target is not None:
-        return c.target, "confirm.target"
-    if name == "val_acc":
-        chance, floor = chance_floor(config, runs)
-        if best <= floor:
-            return None, (f"none: nothing was learned in the confirmation runs either (best val_acc {best:.3f}, "
-                          f"chance {chance:.3f})")
-        return (max(floor, c.target_fraction * best),
-                f"{c.target_fraction:g} x the best val_acc any candidate reached ({best:.3f})")
-    start = statistics.median(firsts)
-    if not (best > start if up else best < start):
-        return None, f"none: no run improved {name} on its first validation ({start:.4g})"
-    return (start + c.target_fraction * (best - start),
-            f"{c.target_fraction:g} of the way from the first validation's {name} ({start:.4g}) to the best any "
-            f"candidate reached ({best:.4g})")
 
 
 def estimate_time(measured: float | None, prediction: dict[str, Any]) -> float | None:

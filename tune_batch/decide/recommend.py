@@ -26,8 +26,8 @@ DEVICE_SECONDS = "device_seconds_to_target"  # the same, in wall seconds x num_g
 
 def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult]:
     """The configs confirmation trains, for the one that reaches the target soonest: the
-    recommended one, the most accurate, then those already within ``confirm.target_fraction`` of
-    the most accurate at the short budget, soonest to a common target first by the gradient
+    recommended one, the most accurate, then those already within 0.95 (``confirm.target_fraction``
+    where set) of the most accurate at the short budget, soonest to a common target first by the gradient
     noise scale's model (few samples to go, each one cheap: (1 + B / B_noise) / samples/s, the
     inverse of goodput at the search's B_noise; by samples/s alone where no trial measured a
     noise scale), then the others by the repeats' order (best in each objective, nearest to the
@@ -66,7 +66,7 @@ is noise when none learned. One config is confirmed once: a sampler can propose 
     first = rest[:1]
     if learned:
         top = max(map(acc, learned))
-        f = report.config.confirm.target_fraction  # within this share of the best (of its inverse for a loss)
+        f = report.config.confirm.target_fraction or 0.95  # within this share of the best (its inverse for a loss)
         near_top = [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
         first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
     return _every_gpu_count(_distinct([*first, *rest]), n)

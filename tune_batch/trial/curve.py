@@ -42,17 +42,20 @@ from tune_batch.trial.setup import (
 from tune_batch.trial.watch import Peekable, RunMemory, RunWatch
 from tune_batch.trial.worst import WorstCase, probe
 
+CONFIRM_TRIALS = 8  # a confirmation run's default length, in search trials
+
 
 def confirm_samples(config: Config, train_size: int) -> int:
     """Samples a confirmation run trains: the goal's length (``goal.train_samples``, or
     ``goal.epochs`` passes over the training set), ``confirm.train_samples``, ``confirm.epochs``,
-    or by default 4 x ``budget.train_samples``."""
+    or by default 8 x ``budget.train_samples`` (chosen on the development workloads:
+    ``scripts/bench_confirm_target.py``; at 4x the target levels were set early in training)."""
     c = config.goal if config.goal is not None and config.goal.length_given else config.confirm
     if c.train_samples is not None:
         return c.train_samples
     if c.epochs is not None:
         return max(1, math.ceil(c.epochs * train_size))
-    return 4 * config.budget.train_samples
+    return CONFIRM_TRIALS * config.budget.train_samples
 
 
 def confirm_timeout_s(config: Config, samples: int | None = None) -> float:
