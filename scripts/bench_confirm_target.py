@@ -23,8 +23,8 @@ the recommendation blends with the measured time (``estimate_time``), the baseli
 GPU count among the candidates, and the search that chooses the candidates (every set of points
 counts once, a real search's candidates are better than most).
 
-Rules compared (fixed before any grid was read): fractions 0.90, 0.95 (the default), 0.98, 0.99
-and 1.0 of the best reached, each at confirmation lengths of 4 trials (the default) and 8 trials;
+Rules compared (fixed before any grid was read): fractions 0.90, 0.95 (the default until 2026-12-05), 0.98, 0.99
+and 1.0 of the best reached, each at confirmation lengths of 4 trials (the default then) and 8 trials;
 and the default target and length with the lowest learning rate among the candidates within
 1.25x of the least time (the spread of one config's runs; learning rates best for short runs are
 too high for long ones: Bjorck et al., ICLR 2025).
@@ -68,12 +68,13 @@ LEVEL_FRACTIONS = (0.98, 0.99, 1.0)
 LENGTHS_IN_TRIALS = (4, 8)
 LOWER_LR_WITHIN = 1.25
 # (target kind, fraction, confirmation length in trials, pick the lowest lr within this factor of
-# the least time); kind "best": of the best any run reached (the default), "level": of the best
+# the least time); kind "best": of the best any run reached (the earlier default), "level": of the best
 # candidate's level, "at_length": no target, the goal's best-at-length rule (fraction unused)
 RULES = ([("best", f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in FRACTIONS] + [("best", 0.95, 4, LOWER_LR_WITHIN)]
          + [("level", f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in LEVEL_FRACTIONS]
          + [("at_length", 1.0, n, 1.0) for n in LENGTHS_IN_TRIALS])
-DEFAULT = ("best", 0.95, 4, 1.0)
+EARLIER = ("best", 0.95, 4, 1.0)  # tune_batch's default until 2026-12-05
+DEFAULT = ("level", 0.99, 8, 1.0)  # its default since, chosen on this replay
 
 
 def cut(curve: list, samples: float) -> list:
@@ -217,11 +218,11 @@ def main(argv: list[str] | None = None) -> None:
     seeds = sorted(set(helds))
     print("p90 and miss: over every set; in brackets, over the sets of each held-back seed (seeds "
           f"{', '.join(map(str, seeds))}): the spread that one seed's runs make")
-    print(f"{'rule':<52} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}   {'p90 by seed':<22} miss by seed")
+    print(f"{'rule':<60} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}   {'p90 by seed':<22} miss by seed")
     out = [f"workload={args.workload}", f"sets={sets}"]
     for (kind, f, n, within), (reg, miss) in by_rule.items():
         med, p75, p90, m = statistics.median(reg), quantile(reg, 0.75), quantile(reg, 0.9), statistics.fmean(miss)
-        tag = " (default)" if (kind, f, n, within) == DEFAULT else ""
+        tag = {DEFAULT: " (default)", EARLIER: " (earlier default)"}.get((kind, f, n, within), "")
         low = f", lowest lr within {within:g}x" if within > 1.0 else ""
         what = {"best": f"f {f:.2f} of the best reached", "level": f"f {f:.2f} of the best level",
                 "at_length": "best at length (goal rule)"}[kind]
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
                    for sd in seeds]
         p90s = " ".join(f"{quantile(r, 0.9):.3f}" for r, _ in by_seed)
         ms = " ".join(f"{statistics.fmean(x):.3f}" for _, x in by_seed)
-        print(f"{f'{what}, {n} trials long{low}{tag}':<52} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}   "
+        print(f"{f'{what}, {n} trials long{low}{tag}':<60} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}   "
               f"[{p90s}]{'':<3} [{ms}]")
         name = {"best": f"f{f:.2f}", "level": f"level{f:.2f}", "at_length": "atlen"}[kind].replace(".", "")
         name += f"_l{n}" + ("_lowlr" if within > 1.0 else "")

@@ -79,6 +79,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "lm_markov": {"config": HELDOUT / "lm_markov.yaml", "length": 98304, "held_out": True},
     "bn_wd_cnn": {"config": HELDOUT / "bn_wd_cnn.yaml", "length": 65536, "held_out": True},
     "tabular_mlp": {"config": HELDOUT / "tabular_mlp.yaml", "length": 131072, "held_out": True},
+    # new held-out workload for the level target (committed 2026-12-05, before it was measured)
+    "mlp_adamw_images": {"config": HELDOUT / "mlp_adamw_images.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},

@@ -96,7 +96,8 @@ def test_a_search_that_learns_nothing_escalates_within_its_cap_and_says_so(tmp_p
     cfg = tiny_config(search={"backend": "optuna"}, budget={"trials": 3, "train_samples": 512},
                       data={"name": "synthetic", "resize": 16, "synthetic_samples": 1024, "val_samples": 400},
                       space={"batch_size": {"min": 16, "max": 32}, "lr": {"low": 1e-7, "high": 2e-7}},
-                      objectives=OBJ, confirm={"candidates": 2, "seeds": 1, "evaluations": 2, "escalations": 1})
+                      objectives=OBJ, confirm={"candidates": 2, "seeds": 1, "evaluations": 2, "escalations": 1,
+                                              "train_samples": 2048})
     res = search(cfg, tmp_path / "run")
     out = capsys.readouterr().out
     recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
