@@ -18,5 +18,10 @@ if [ "$#" -gt 0 ]; then
 fi
 status=0
 python3 -m pytest -n "${TUNE_BATCH_TEST_WORKERS:-2}" --dist load -m "not serial" || status=$?
-python3 -m pytest -m serial || { rc=$?; [ "$status" -ne 0 ] || status=$rc; }
+# the serial tests one file per process: a process that starts and stops Ray twice can crash at
+# exit after its tests passed (Ray's threads outliving a shutdown; seen once here, a segfault after
+# "5 passed"), which would fail the run for no test's sake
+for f in $(grep -l "mark.serial" tests/test_*.py); do
+  python3 -m pytest -m serial "$f" || { rc=$?; [ "$rc" -eq 5 ] || [ "$status" -ne 0 ] || status=$rc; }
+done
 exit "$status"
