@@ -113,7 +113,7 @@ def _cli(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProce
 
 
 def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
-    # 4 of the quickstart's 12 trials and confirmation runs of 2 trials' samples (4 by default) keep
+    # 4 of the quickstart's 12 trials and confirmation runs of 2 trials' samples (8 by default) keep
     # the suite under 10 minutes; the whole 12-trial run is measured by hand and quoted in README
     out = tmp_path / "OUT"
     p = _cli("search", str(REPO / "configs/quickstart.yaml"), "--set", "budget.trials=4",
