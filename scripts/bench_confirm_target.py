@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_heldout as bh  # noqa: E402
 
 from tune_batch.analysis.noise import pooled_sd, t95  # noqa: E402
+from tune_batch.decide.target import level  # noqa: E402
 
 FRACTIONS = (0.90, 0.95, 0.98, 0.99, 1.0)
 LEVEL_FRACTIONS = (0.98, 0.99, 1.0)
@@ -81,37 +82,31 @@ def cut(curve: list, samples: float) -> list:
     return [c for c in curve if c[0] <= samples + 0.5]
 
 
+def _toward(ref: float, curves: dict, fraction: float, direction: str) -> float | None:
+    """``fraction`` x ``ref`` (maximize); for a loss, that fraction of the way from the first
+    validation (median over the runs) to ``ref`` (None when ``ref`` is no better than it)."""
+    if direction == "maximize":
+        return fraction * ref
+    start = statistics.median([cv[0][2] for cs in curves.values() for cv in cs if cv])
+    return start + fraction * (ref - start) if ref < start else None
+
+
 def own_target(curves: dict, fraction: float, direction: str) -> float | None:
     """The rule's target over the candidates' cut curves (``curves``: point -> list of curves)."""
     values = [c[2] for cs in curves.values() for cv in cs for c in cv if c[2] == c[2]]
     if not values:
         return None
-    if direction == "maximize":
-        return fraction * max(values)
-    firsts = [cv[0][2] for cs in curves.values() for cv in cs if cv]
-    start, best = statistics.median(firsts), min(values)
-    return start + fraction * (best - start) if best < start else None
-
-
-def level(curve: list) -> float:
-    """Where a cut curve levelled off: the mean of its last quarter of validations (at least one)."""
-    values = [c[2] for c in curve if c[2] == c[2]]
-    if not values:
-        return math.nan
-    return statistics.fmean(values[-max(1, len(values) // 4):])
+    return _toward(max(values) if direction == "maximize" else min(values), curves, fraction, direction)
 
 
 def level_target(curves: dict, fraction: float, direction: str) -> float | None:
-    """The ``level`` rule's target: ``fraction`` x the best candidate's level (its runs' median)."""
+    """The ``level`` rule's target: ``fraction`` x the best candidate's level (its runs' median of
+    ``tune_batch.decide.target.level``, the product's)."""
     levels = [statistics.median([level(cv) for cv in cs]) for cs in curves.values() if all(cs)]
     levels = [x for x in levels if x == x]
     if not levels:
         return None
-    if direction == "maximize":
-        return fraction * max(levels)
-    firsts = [cv[0][2] for cs in curves.values() for cv in cs if cv]
-    start, best = statistics.median(firsts), min(levels)
-    return start + fraction * (best - start) if best < start else None
+    return _toward(max(levels) if direction == "maximize" else min(levels), curves, fraction, direction)
 
 
 def at_length(curves: dict, direction: str) -> list:

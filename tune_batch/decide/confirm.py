@@ -264,10 +264,11 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     best_of = max if up else min
     curves = [r.info.curve or [] for _, t in ranked for r in by[t.trial_id]]
     best_any = best_of(c[2] for cv in curves for c in cv)
-    levels = [statistics.median(lv) for lv in ([level(r.info.curve or []) for r in by[t.trial_id]]
-                                               for _, t in ranked) if all(math.isfinite(x) for x in lv)]
+    # each candidate's level: the median of its runs' (candidates with a run that has none are out)
+    per_run = [[level(r.info.curve or []) for r in by[t.trial_id]] for _, t in ranked]
+    levels = [statistics.median(lv) for lv in per_run if all(map(math.isfinite, lv))]
     target, how = default_target(config, name, up, best_any, best_of(levels) if levels else None,
-                          [cv[0][2] for cv in curves if cv], [r for rs in by.values() for r in rs])
+                                 [cv[0][2] for cv in curves if cv], [r for rs in by.values() for r in rs])
     out = []
     for short_rank, t in ranked:
         rs = by[t.trial_id]

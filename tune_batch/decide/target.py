@@ -33,10 +33,10 @@ def level(curve: Sequence[Sequence[float]]) -> float:
     return statistics.fmean(values[-max(1, len(values) // 4):])
 
 
-def default_target(config: Config, name: str, up: bool, best: float, best_level: float | None, firsts: list[float],
-            runs: list[TrialResult]) -> tuple[float | None, str]:
+def default_target(config: Config, name: str, up: bool, best: float, best_level: float | None,
+                   firsts: list[float], runs: list[TrialResult]) -> tuple[float | None, str]:
     """(the target, how it was set): ``goal.target``, ``confirm.target``, else by default
-    ``confirm.fraction`` of the reference ``confirm.target_from`` names: the best candidate's
+    ``fraction(confirm)`` of the reference ``confirm.target_from`` names: the best candidate's
     level (``best_level``: each candidate's median over its runs of ``level``) or the best value
     any run reached (``best``). For val_acc, that fraction x the reference (None when the best
     reached is within noise of chance); for another metric, that fraction of the way from the
@@ -53,6 +53,7 @@ def default_target(config: Config, name: str, up: bool, best: float, best_level:
     def of(value: str) -> str:
         return (f"the best candidate's level ({value}: the mean of its runs' last quarter of validations)"
                 if by_level else f"the best {name} any candidate reached ({value})")
+
     if name == "val_acc":
         chance, floor = chance_floor(config, runs)
         if best <= floor:
