@@ -37,6 +37,14 @@ the knee is the short-budget front's knee over (samples/s, metric), the product'
 - ``lowest_two``: the most accurate, then the near-top ones from the lowest learning rate up.
 Ties in learning rate: the faster per sample first.
 
+Second round, added after the first six had been read on all three development grids (none met
+the criterion; on noisy_tabular the configs that reach the yardstick soonest are large batches
+whose short-budget accuracy is far below the top: a short run of equal samples gives a large
+batch fewer steps):
+- ``per_batch``: each batch size's most accurate config, spread over the batch sizes;
+- ``per_batch_lowlr``: each batch size's lowest learning rate within 0.95 of that batch size's
+  most accurate, spread over the batch sizes.
+
 Criterion, stated before reading: a rule replaces ``current`` if on no development workload its
 p90 regret or its miss share is worse than ``current``'s by more than the spread between held-back
 seeds (the range of the per-seed figures), and it is better on at least one workload by more than
@@ -63,7 +71,8 @@ import bench_heldout as bh  # noqa: E402
 
 from tune_batch.analysis.pareto import knee_index, non_dominated  # noqa: E402
 
-RULES = ("current", "lowlr", "knee_lowlr", "spread_top", "spread_top90", "lowest_two")
+RULES = ("current", "lowlr", "knee_lowlr", "spread_top", "spread_top90", "lowest_two",
+         "per_batch", "per_batch_lowlr")  # the last two: the second round (below)
 NEAR_TOP = {"spread_top90": 0.90}  # the others: 0.95
 
 
@@ -99,6 +108,17 @@ def candidates(rule: str, seen: dict, n: int, direction: str) -> list:
     ideal = sorted(pts, key=lambda p: math.dist(*[[1.0, 1.0], _scaled(p, seen, sign)]))
     rest = [knee, max(pts, key=lambda p: seen[p][1]), top, *ideal]  # the repeats' order
     current = [knee, top, *by_speed, *rest]
+    if rule.startswith("per_batch"):  # each batch size's best, spread over the batch sizes
+        own = {}
+        for b in sorted({p[0] for p in pts}):
+            mine = [p for p in pts if p[0] == b]
+            lead = max(mine, key=lambda p: acc[p])
+            if rule == "per_batch_lowlr":
+                lead = min((p for p in mine if (seen[p][0] >= 0.95 * seen[lead][0] if sign > 0
+                                                else seen[p][0] <= seen[lead][0] / 0.95)), key=lambda p: p[1])
+            own[b] = lead
+        leads = [own[b] for b in sorted(own)]
+        return list(dict.fromkeys([*spread_points(leads, n), *current]))[:n]
     order = {"current": current,
              "lowlr": [top, by_lr[0], *current],
              "knee_lowlr": [knee, top, by_lr[0], *current],
@@ -132,6 +152,8 @@ def study(workload: str, rows: list[dict], trials: int, n: int, searches: int, s
     late_t = {p: {s: bh.ttt(runs[p][s], late, direction) for s in seeds_all} for p in points}
     rng = random.Random(seed)
     out: dict = {r: ([], [], []) for r in RULES}  # regrets, misses, held-back seeds
+    # the fastest of the seen points, of each rule's candidates; the pick the yardstick itself would make
+    stages: dict = {"seen": [], "floor": [], **{r: [] for r in RULES}}
     for held in seeds_all:
         conf = tuple(s for s in seeds_all if s != held)
         oracle = min(late_t[p][held] for p in points)
@@ -140,8 +162,14 @@ def study(workload: str, rows: list[dict], trials: int, n: int, searches: int, s
             seen = {p: shorts[p] for p in rng.sample(points, min(trials, len(points))) if shorts[p]}
             if not seen:
                 continue
+            stages["seen"].append(min(late_t[p][held] for p in seen) / oracle)
             for rule in RULES:
                 cands = tuple(candidates(rule, seen, n, direction))
+                stages[rule].append(min(late_t[p][held] for p in cands) / oracle)
+                if rule == "current":  # the pick the yardstick itself would make from the other two seeds
+                    known = {p: statistics.median([late_t[p][s] for s in conf]) for p in cands}
+                    if math.isfinite(min(known.values())):
+                        stages["floor"].append(late_t[min(cands, key=known.get)][held] / oracle)
                 picks = bct.choose(cands, runs, conf, bct.DEFAULT[2] * trial_samples, bct.DEFAULT[1], direction,
                                    kind=bct.DEFAULT[0])
                 rs = [late_t[p][held] / oracle for p in picks] or [math.inf]
@@ -149,7 +177,7 @@ def study(workload: str, rows: list[dict], trials: int, n: int, searches: int, s
                 regret.append(statistics.fmean(rs) if all(map(math.isfinite, rs)) else math.inf)
                 miss.append(sum(1 for x in rs if not math.isfinite(x)) / len(rs))
                 out[rule][2].append(held)
-    return stick, out
+    return stick, out, stages
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -166,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.candidates < 1 or args.searches < 1 or (args.trials is not None and args.trials < 1):
         ap.error("--candidates, --searches and --trials take 1 or more")
     trials = args.trials or bh.load(args.workload).budget.trials
-    stick, out = study(args.workload, bh.jsonl(args.grid), trials, args.candidates, args.searches, args.seed)
+    stick, out, stages = study(args.workload, bh.jsonl(args.grid), trials, args.candidates, args.searches, args.seed)
     print(f"{args.workload}: {stick['points']} points, {stick['runs']} runs; yardstick {stick['metric']} "
           f"{'>=' if stick['direction'] == 'maximize' else '<='} {stick['target']:.4g}, reached by "
           f"{stick['reaching']} points; {args.searches} searches of {trials} random grid points per held-back "
@@ -187,6 +215,15 @@ def main(argv: list[str] | None = None) -> None:
         ms = " ".join(f"{statistics.fmean(x):.3f}" for _, x in per)
         print(f"{rule:<14} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}   [{meds}]{'':<3} [{p90s}]{'':<3} [{ms}]")
         res += [f"{rule}_median={med:.3f}", f"{rule}_p90={p90:.3f}", f"{rule}_miss={m:.3f}"]
+    print("where the regret comes from (median, p90 of the fastest on the held-back seed over the oracle's): "
+          f"the search's seen points {statistics.median(stages['seen']):.3f}, {bct.quantile(stages['seen'], 0.9):.3f}; "
+          "each rule's candidates " + ", ".join(f"{r} {statistics.median(stages[r]):.3f}, "
+                                                 f"{bct.quantile(stages[r], 0.9):.3f}" for r in RULES))
+    floor = stages["floor"]
+    print("the noise floor of the pick: current's candidates, picked by their median time to the yardstick itself "
+          f"on the other two seeds at the full length (not known to a search): median {statistics.median(floor):.3f}, "
+          f"p90 {bct.quantile(floor, 0.9):.3f}, over the {len(floor) / len(stages['seen']):.0%} of searches in which "
+          "some candidate reaches it on both")
     print("RESULT " + " ".join(res))
 
 
