@@ -138,7 +138,8 @@ def _scaled(p: tuple, seen: dict, sign: float) -> list[float]:
     return [1.0 if max(c) == min(c) else (x - min(c)) / (max(c) - min(c)) for x, c in zip(mine, cols)]
 
 
-def study(workload: str, rows: list[dict], trials: int, n: int, searches: int, seed: int) -> tuple:
+def study(workload: str, rows: list[dict], trials: int, n: int, searches: int, seed: int,
+          confirm_trials: int = bct.DEFAULT[2]) -> tuple:
     stick = bh.yardstick(workload, rows)
     direction, late = stick["direction"], stick["target"]
     cfg = bh.load(workload)
@@ -170,7 +171,7 @@ def study(workload: str, rows: list[dict], trials: int, n: int, searches: int, s
                     known = {p: statistics.median([late_t[p][s] for s in conf]) for p in cands}
                     if math.isfinite(min(known.values())):
                         stages["floor"].append(late_t[min(cands, key=known.get)][held] / oracle)
-                picks = bct.choose(cands, runs, conf, bct.DEFAULT[2] * trial_samples, bct.DEFAULT[1], direction,
+                picks = bct.choose(cands, runs, conf, confirm_trials * trial_samples, bct.DEFAULT[1], direction,
                                    kind=bct.DEFAULT[0])
                 rs = [late_t[p][held] / oracle for p in picks] or [math.inf]
                 regret, miss = out[rule][0], out[rule][1]
@@ -188,17 +189,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--candidates", type=int, default=3, help="points handed to confirmation (default 3)")
     ap.add_argument("--searches", type=int, default=2000, help="searches drawn per held-back seed (default 2000)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--confirm-trials", type=int, default=bct.DEFAULT[2],
+                    help=f"confirmation length in trials (default {bct.DEFAULT[2]}, the product's)")
     args = ap.parse_args(argv)
     if not args.grid.exists():
         ap.error(f"--grid {args.grid}: no such file (bench_decision.py --heldout --phase grid writes it)")
-    if args.candidates < 1 or args.searches < 1 or (args.trials is not None and args.trials < 1):
-        ap.error("--candidates, --searches and --trials take 1 or more")
+    if min(args.candidates, args.searches, args.confirm_trials, args.trials or 1) < 1:
+        ap.error("--candidates, --searches, --confirm-trials and --trials take 1 or more")
     trials = args.trials or bh.load(args.workload).budget.trials
-    stick, out, stages = study(args.workload, bh.jsonl(args.grid), trials, args.candidates, args.searches, args.seed)
+    stick, out, stages = study(args.workload, bh.jsonl(args.grid), trials, args.candidates, args.searches, args.seed,
+                                args.confirm_trials)
     print(f"{args.workload}: {stick['points']} points, {stick['runs']} runs; yardstick {stick['metric']} "
           f"{'>=' if stick['direction'] == 'maximize' else '<='} {stick['target']:.4g}, reached by "
           f"{stick['reaching']} points; {args.searches} searches of {trials} random grid points per held-back "
-          f"seed; {args.candidates} candidates; confirmation: level 0.99, 8 trials (the default)")
+          f"seed; {args.candidates} candidates; confirmation: level 0.99, {args.confirm_trials} trials")
     print("regret: the pick's time to the yardstick on the held-back seed over the fastest grid point's; "
           "in brackets, per held-back seed")
     print(f"{'rule':<14} {'median':>7} {'p75':>7} {'p90':>7} {'miss':>6}   {'median by seed':<24} "
