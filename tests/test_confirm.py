@@ -430,6 +430,34 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
                                                    for c in alone.confirmation.candidates)
 
 
+def test_the_prediction_does_not_overturn_runs_that_differ_beyond_their_spread() -> None:
+    """The prediction is a second reading where the runs leave the order open. Batch 256's two runs
+    reached the target at 1.0 and 1.1 s, batch 32's at 2.6 and 2.8 s: the noise scale predicts batch 32
+    (0.56 s) far sooner than batch 256 (5.0 s) and the blend ranks it first, but its runs were slower
+    beyond their pooled spread, so they decide. Where the runs overlap, the blend still does."""
+    gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
+    short = [_rec(0, 2000, 0.90, b=256, **gns), _rec(1, 1000, 0.95, b=32, **gns)]
+
+    def runs(times: dict[int, tuple[float, float]]) -> list[TrialResult]:
+        sps = {0: 2000, 1: 1000}
+        return [_rec(f"{t}c{k}", sps[t], 0.97, b=256 if t == 0 else 32, confirm_of=t, seed=k + 1,
+                     curve=_curve([0.5, 0.97], samples=sps[t] * s / 2, step_s=s / 2))
+                for t, pair in times.items() for k, s in enumerate(pair)]
+
+    cfg = tiny_config(objectives=OBJ)
+    report = decide(cfg, short + runs({0: (1.0, 1.1), 1: (2.6, 2.8)}))
+    conf = report.confirmation
+    est = {c.trial.trial_id: c.estimate_s for c in conf.candidates}
+    assert est[1] < est[0]  # the blend alone would recommend batch 32
+    assert conf.run_times(conf.candidates[0]) == [pytest.approx(1.0), pytest.approx(1.1)]
+    assert conf.best.trial.trial_id == 0 and report.recommended.trial_id == 0
+    assert "the runs decide" in render_summary(report)
+    # the same runs of batch 256 but one of them slow (1.0 and 2.9 s): inside the spread, the blend decides
+    open_ = decide(cfg, short + runs({0: (1.0, 2.9), 1: (2.6, 2.8)})).confirmation
+    est = {c.trial.trial_id: c.estimate_s for c in open_.candidates}
+    assert est[1] < est[0] and open_.best.trial.trial_id == 1
+
+
 def test_a_loss_is_reached_from_above_and_the_metric_is_checked_at_load() -> None:
     from tune_batch.config import load_config
     from tune_batch.errors import ConfigError

@@ -60,6 +60,20 @@ def pooled_sd(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
     return (math.sqrt(ss / df), df) if df else (None, 0)
 
 
+def slower_beyond_noise(times: dict[object, Sequence[float]]) -> set[object]:
+    """The keys whose times (seconds, > 0) are longer than another key's beyond noise: the gap of
+    their mean log times outside its 95 % interval, from the log times' spread pooled over every
+    key (the runs of one key alone give too wide an interval). Nothing is, where no key has two."""
+    logs = {k: [math.log(t) for t in ts if t > 0] for k, ts in times.items()}
+    logs = {k: v for k, v in logs.items() if v}
+    sd, df = pooled_sd(list(logs.values()))
+    if sd is None:
+        return set()
+    mean = {k: statistics.fmean(v) for k, v in logs.items()}
+    return {a for a in logs for b in logs
+            if mean[a] - mean[b] > t95(df) * sd * math.sqrt(1 / len(logs[a]) + 1 / len(logs[b]))}
+
+
 def beyond(a: float, b: float, ci_a: float | None, ci_b: float | None) -> bool:
     """Whether a > b by more than the noise of the two (their half-widths combined)."""
     tol = math.hypot(ci_a or 0.0, ci_b or 0.0)

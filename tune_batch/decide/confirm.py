@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tune_batch.analysis.noise import pooled_sd, t95
+from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
 from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
 from tune_batch.decide.target import default_target, level
@@ -176,7 +176,16 @@ class Confirmation:
         reached = [c for c in self.candidates
                    if c.time_to_target_s is not None and c.trial.trial_id not in self.excluded]
         steady = [c for c in reached if not c.grows] or reached
+        # the prediction weighs in only where the runs leave the order open: a candidate whose runs
+        # reached the target later than another's beyond their spread is not ranked ahead of it
+        slower = slower_beyond_noise({c.trial.trial_id: self.run_times(c, devices) for c in steady})
+        steady = [c for c in steady if c.trial.trial_id not in slower] or steady
         return min(steady, key=lambda c: (c.ranked_by(devices) or 0.0, c.long_rank), default=None)
+
+    def run_times(self, c: Candidate, devices: bool = False) -> list[float]:
+        """Training seconds to the target of each of ``c``'s runs that reached it (x num_gpus when ``devices``)."""
+        hits = (first_reach(r.info.curve or [], self.target, self.maximize) for r in c.runs)
+        return [h[0] * (c.trial.params.num_gpus if devices else 1) for h in hits if h is not None]
 
     def best_at_length(self, devices: bool = False) -> Candidate | None:
         """The goal's rule without a target: the candidate with the best final metric (mean over

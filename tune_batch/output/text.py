@@ -225,6 +225,11 @@ def confirm_lines(conf: Confirmation) -> list[str]:
         out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: its runs' time and "
                    f"its predicted time together ({conf.best.estimate_s:.2f} s) are the shortest; "
                    f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together)")
+    blended = min(eligible, key=lambda c: (c.ranked_by(False) or 0.0, c.long_rank), default=None)
+    if not conf.at_length and conf.best is not None and blended is not None and blended is not conf.best:
+        out.append(f"  trial {blended.trial.trial_id}'s prediction ranked it first ({blended.estimate_s:.2f} s with "
+                   f"its runs), but its runs reached the target later than trial {conf.best.trial.trial_id}'s beyond "
+                   f"their spread: the runs decide")
     if len(reached) >= 2:
         a, b = reached[0], reached[1]
         res = max(step_before(r.info.curve or [], conf.target, conf.maximize) or 0.0 for r in (*a.runs, *b.runs))
