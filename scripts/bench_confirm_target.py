@@ -36,7 +36,8 @@ one lucky validation, which a 2-run median rarely reaches at 0.99 or 1.0):
   candidate's level being the median over its runs of the mean of the last quarter of each cut
   curve's validations (for a loss: that fraction of the way from the first validation to the
   best level); at 4 and 8 trials;
-- ``at_length``: the goal's rule without a target (``Confirmation.best_at_length``): the best mean
+- ``at_length``: the goal's rule without a target (``Confirmation.best_at_length`` as it was then;
+  it now breaks ties in time by the final value): the best mean
   final value at the cut, and among the candidates within noise of it (95 % interval of the gap,
   from the runs' spread pooled over the candidates) the one whose runs took the least time; at 4
   and 8 trials.

@@ -556,6 +556,26 @@ def test_at_the_goal_length_a_config_far_below_the_best_is_not_tied_with_it_by_i
     assert decide(cfg, short + runs[:2] + quick + runs[4:]).recommended.trial_id == 1
 
 
+def test_at_the_goal_length_configs_of_one_step_are_told_apart_by_their_metric_not_their_luck() -> None:
+    """Two learning rates at batch 256: the same step, so the same time up to noise; their finals
+    within noise of each other. The run that happened to be quicker is no reason to prefer a
+    config: of those not slower beyond the runs' spread, the better final is recommended. A batch
+    whose runs took twice as long is slower beyond it and is passed over for its time."""
+    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3})
+    short = [_rec(0, 1000, 0.90, b=256, lr=0.003), _rec(1, 1000, 0.89, b=256, lr=0.0006),
+             _rec(2, 500, 0.91, b=32, lr=0.001)]
+    finals = {0: ((0.930, 2.00), (0.925, 1.90)), 1: ((0.936, 2.05), (0.931, 2.10)), 2: ((0.938, 4.1), (0.930, 3.9))}
+    runs = [_rec(f"{t}c{s}", 1000, acc, b=short[t].params.batch_size, lr=short[t].params.lr, confirm_of=t, seed=s,
+                 train_samples_done=400, curve=_curve([0.3, 0.6, 0.9, acc], step_s=sec / 4))
+            for t, pair in finals.items() for s, (acc, sec) in enumerate(pair)]
+    conf = decide(cfg, short + runs).confirmation
+    assert conf.at_length and conf.best.trial.trial_id == 1  # not 0, whose runs were a little quicker
+    # the same runs, batch 256's two configs now far apart in time (one step twice as slow): the quick one
+    slow = [_rec(f"1c{s}", 1000, acc, b=256, lr=0.0006, confirm_of=1, seed=s, train_samples_done=400,
+                 curve=_curve([0.3, 0.6, 0.9, acc], step_s=sec / 2)) for s, (acc, sec) in enumerate(finals[1])]
+    assert decide(cfg, short + runs[:2] + slow + runs[4:]).confirmation.best.trial.trial_id == 0
+
+
 def test_at_the_goal_length_a_best_that_never_reached_the_target_is_said_plainly() -> None:
     """With goal.train_samples and confirm.target, the best at the length need not be the one
     soonest to the target; the summary says why it was recommended (it once failed to render)."""

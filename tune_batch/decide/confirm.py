@@ -189,12 +189,15 @@ class Confirmation:
 
     def best_at_length(self, devices: bool = False) -> Candidate | None:
         """The goal's rule without a target: the candidate with the best final metric (mean over
-        its runs) at the goal's length; among those within noise of it, the one whose runs took
-        the least time (x num_gpus when ``devices``). Within noise: the difference of the two
-        means inside its 95 % interval, from the runs' spread pooled over every candidate (a
-        candidate's own two runs give an interval of about 9 standard deviations, wide enough to
-        tie a config 0.17 below the best with it). Not ``excluded``; one whose memory grew only
-        when all did; candidates without a finite final value are out."""
+        its runs) at the goal's length; among those within noise of it, the ones whose runs took
+        the least time (x num_gpus when ``devices``), and of those the best final metric. Within
+        noise: the difference of the two means inside its 95 % interval, from the runs' spread
+        pooled over every candidate (a candidate's own two runs give an interval of about 9
+        standard deviations, wide enough to tie a config 0.17 below the best with it); the least
+        time: not slower than another beyond the runs' pooled spread (``slower_beyond_noise``:
+        configs of one step take the same time, and which of them ran luckier is no reason to
+        prefer it). Not ``excluded``; one whose memory grew only when all did; candidates without
+        a finite final value are out."""
         pool = [c for c in self.candidates if c.trial.trial_id not in self.excluded]
         pool = [c for c in pool if not c.grows] or pool
         finals = {c.trial.trial_id: [v for v in ((r.info.curve or [[0, 0, math.nan]])[-1][2] for r in c.runs)
@@ -212,11 +215,14 @@ class Confirmation:
             gap = sign * (mean[top.trial.trial_id] - mean[c.trial.trial_id])
             return gap <= 0.0 or (sd is not None and gap <= t95(df) * sd * math.sqrt(1 / len(a) + 1 / len(b)))
 
-        def seconds(c: Candidate) -> float:
-            wall = statistics.median((r.info.curve or [[0, math.inf]])[-1][1] for r in c.runs)
-            return wall * (c.trial.params.num_gpus if devices else 1)
+        def walls(c: Candidate) -> list[float]:
+            return [(r.info.curve or [[0, math.inf]])[-1][1] * (c.trial.params.num_gpus if devices else 1)
+                    for r in c.runs]
 
-        return min([c for c in pool if within(c)], key=lambda c: (seconds(c), c.long_rank))
+        near = [c for c in pool if within(c)]
+        slow = slower_beyond_noise({c.trial.trial_id: walls(c) for c in near})
+        quick = [c for c in near if c.trial.trial_id not in slow] or near
+        return min(quick, key=lambda c: (-sign * mean[c.trial.trial_id], statistics.median(walls(c)), c.long_rank))
 
     def gpu_counts(self) -> list[dict[str, Any]]:
         """Per GPU count confirmed: its soonest candidate to the target (wall and device-seconds)
