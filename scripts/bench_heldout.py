@@ -33,7 +33,11 @@ side      every distinct pick, and the grid's best point, trained again side by 
           interleaved (run k of every config before run k+1, the order rotated each round).
           Time to target: the training seconds (validations left out) at the first validation
           that reached the target; ``inf`` when none did. A run stops there (its curve up to the
-          target is the whole run's: nothing in the loop depends on the length).
+          target is the whole run's: nothing in the loop depends on the length). Every config
+          of one comparison is trained in one invocation: a row names its round (``set``, the
+          configs it was trained beside); when the picks change (an arm added later), all of
+          them are trained again as a new round, and the figures read that round only (rows
+          stored before rounds existed count as one round where they cover every pick).
 
 Figures, per workload: the oracle (the least median time to target among the side-by-side
 configs, the grid's best point among them), each tune_batch search's regret (its pick's median
@@ -442,7 +446,8 @@ def side(name: str, picks: list[dict], runs: int, out: Path, stick: dict) -> lis
     (stored in ``out``/<name>_side.jsonl; runs already there are not repeated). A run stops at the
     first validation that reaches the yardstick's target: only its time to the target is read,
     and the curve up to there is the one the whole run has (the same seed, data order and steps;
-    the learning rate does not depend on the length)."""
+    the learning rate does not depend on the length). Returns the rows of the one round in which
+    every config was trained side by side (``side_round``)."""
     cfg = run_config(load(name), WORKLOADS[name]["length"])
     target, direction = stick["target"], stick["direction"]
 
@@ -451,9 +456,17 @@ def side(name: str, picks: list[dict], runs: int, out: Path, stick: dict) -> lis
 
     path = out / f"{name}_side.jsonl"
     configs = sorted({key(p) for p in picks})
-    done = {(key(r["params"]), r["seed"]) for r in jsonl(path)}
+    stored = jsonl(path)
+    rows, tag, legacy = side_round(stored, configs, runs)
+    if legacy:
+        print(f"{name}: {len(configs)} configs side by side x {runs} runs: stored before rounds were recorded "
+              f"(one comparison only if they were trained in one invocation)", flush=True)
+        return rows
+    done = {(key(r["params"]), r["seed"]) for r in rows}
     total = len(configs) * runs
-    print(f"{name}: {len(configs)} configs side by side x {runs} runs: {len(done)} stored", flush=True)
+    print(f"{name}: {len(configs)} configs side by side x {runs} runs (round {tag}): {len(done)} stored"
+          + (f"; the picks changed since the {len(stored)} stored runs of other rounds: all of them train again"
+             if stored and not rows else ""), flush=True)
     n = len(done)
     for k in range(runs):
         seed = 7000 + k  # no grid (0-2) or search seed
@@ -461,14 +474,34 @@ def side(name: str, picks: list[dict], runs: int, out: Path, stick: dict) -> lis
         for b, lr in order:
             if ((b, lr), seed) in done:
                 continue
-            row = train_full(cfg, {"batch_size": b, "lr": lr}, seed, until=at_target)
+            row = {**train_full(cfg, {"batch_size": b, "lr": lr}, seed, until=at_target), "set": tag}
             append(path, row)
+            rows.append(row)
             n += 1
             t = ttt(row["curve"], target, direction)
             print(f"  [{n}/{total}] batch {b} lr {lr:.3g} run {k + 1}: {row['status']}, "
                   + (f"the target in {t:.1f} s of training" if math.isfinite(t)
                      else f"no target in {row['train_s'] or 0:.1f} s of training"), flush=True)
-    return jsonl(path)
+    return rows
+
+
+def side_round(stored: list[dict], configs: list[tuple], runs: int) -> tuple[list[dict], str, bool]:
+    """(the stored rows of the round that compares ``configs``, its tag, whether they are rows stored
+    before rounds were recorded). The tag names the set of configs; rows without one count where
+    they hold ``runs`` runs of every config (and only those configs' rows are returned)."""
+    import hashlib
+
+    tag = hashlib.sha1(repr(configs).encode()).hexdigest()[:10]
+    mine = [r for r in stored if r.get("set") == tag]
+    if mine:
+        return mine, tag, False
+    old = [r for r in stored if "set" not in r and key(r["params"]) in configs]
+    count: dict[tuple, int] = {}
+    for r in old:
+        count[key(r["params"])] = count.get(key(r["params"]), 0) + 1
+    if old and all(count.get(c, 0) >= runs for c in configs):
+        return old, "", True
+    return [], tag, False
 
 
 # ------------------------------------------------------------------ figures

@@ -68,3 +68,21 @@ def test_a_win_needs_the_whole_interval_below_one(bench) -> None:
     # never reached against reached: a loss; both never: a tie, not a NaN
     assert bench.ratio_interval([[math.inf] * 3], [[1.0] * 3])[1] == math.inf
     assert bench.ratio_interval([[math.inf] * 3], [[math.inf] * 3]) == (1.0, 1.0, 1.0)
+
+
+def test_side_by_side_runs_compare_only_configs_trained_in_one_round(bench) -> None:
+    """Picks added later (an arm run afterwards) would be compared with runs trained in another
+    invocation; instead every config trains again as a new round, and only that round is read."""
+    a, b, c = (16, 0.01), (64, 0.01), (64, 0.03)
+    old = [_row(*k, seed, [0.5, 0.9], 1.0) for k in (a, b) for seed in (7000, 7001)]
+    # rows stored before rounds were recorded: one round where they cover every pick
+    rows, tag, legacy = bench.side_round(old, [a, b], 2)
+    assert legacy and rows == old and tag == ""
+    # a new pick: nothing stored counts; a new round for all three
+    rows, tag, legacy = bench.side_round(old, [a, b, c], 2)
+    assert rows == [] and tag and not legacy
+    newer = [{**_row(*k, 7000, [0.5, 0.9], 1.0), "set": tag} for k in (a, c)]
+    rows, again, legacy = bench.side_round(old + newer, [a, b, c], 2)
+    assert again == tag and rows == newer and not legacy  # the round resumes where it stopped
+    # the earlier set of picks still reads its own rows only
+    assert bench.side_round(old + newer, [a, b], 2)[0] == old
