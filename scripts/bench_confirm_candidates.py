@@ -140,17 +140,9 @@ def _scaled(p: tuple, seen: dict, sign: float) -> list[float]:
 
 def study(workload: str, rows: list[dict], trials: int, n: int, searches: int, seed: int,
           confirm_trials: int = bct.DEFAULT[2]) -> tuple:
-    stick = bh.yardstick(workload, rows)
-    direction, late = stick["direction"], stick["target"]
-    cfg = bh.load(workload)
-    trial_samples = float(cfg.budget.train_samples)
-    runs: dict = {}
-    for r in rows:
-        if r["status"] == "ok" and r["curve"]:
-            runs.setdefault(bh.key(r["params"]), {})[r["seed"]] = r["curve"]
-    seeds_all = sorted({s for v in runs.values() for s in v})
-    points = sorted(p for p, v in runs.items() if len(v) == len(seeds_all))
-    late_t = {p: {s: bh.ttt(runs[p][s], late, direction) for s in seeds_all} for p in points}
+    stick, runs, seeds_all, points, late_t = bct.grid_runs(workload, rows)
+    direction = stick["direction"]
+    trial_samples = float(bh.load(workload).budget.train_samples)
     rng = random.Random(seed)
     out: dict = {r: ([], [], []) for r in RULES}  # regrets, misses, held-back seeds
     # the fastest of the seen points, of each rule's candidates; the pick the yardstick itself would make

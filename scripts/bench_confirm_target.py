@@ -153,16 +153,23 @@ def choose(points: tuple, runs: dict, seeds: tuple, samples: float, fraction: fl
     return near
 
 
-def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tuple[dict, dict, int, list]:
+def grid_runs(workload: str, rows: list[dict]) -> tuple[dict, dict, list, list, dict]:
+    """(the yardstick, point -> seed -> curve, the seeds, the points run on every seed, point ->
+    seed -> time to the yardstick) of a grid's rows."""
     stick = bh.yardstick(workload, rows)
-    direction, late = stick["direction"], stick["target"]
     runs: dict = {}
     for r in rows:
         if r["status"] == "ok" and r["curve"]:
             runs.setdefault(bh.key(r["params"]), {})[r["seed"]] = r["curve"]
     seeds_all = sorted({s for v in runs.values() for s in v})
     points = sorted(p for p, v in runs.items() if len(v) == len(seeds_all))
-    late_t = {p: {s: bh.ttt(runs[p][s], late, direction) for s in seeds_all} for p in points}
+    late_t = {p: {s: bh.ttt(runs[p][s], stick["target"], stick["direction"]) for s in seeds_all} for p in points}
+    return stick, runs, seeds_all, points, late_t
+
+
+def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tuple[dict, dict, int, list]:
+    stick, runs, seeds_all, points, late_t = grid_runs(workload, rows)
+    direction = stick["direction"]
     regrets: dict = {r: [] for r in RULES}
     misses: dict = {r: [] for r in RULES}
     sets = 0
