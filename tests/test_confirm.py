@@ -626,3 +626,19 @@ def test_the_goal_length_is_the_confirmation_length() -> None:
     assert confirm_samples(tiny_config(goal={"train_samples": 12345}, **on), 1000) == 12345
     assert confirm_samples(tiny_config(goal={"epochs": 2.5}, **on), 1000) == 2500
     assert confirm_samples(tiny_config(goal={"target": 0.9}, **on), 1000) == 8 * tiny_config().budget.train_samples
+
+
+def test_a_payback_is_claimed_only_for_a_speedup_beyond_the_runs_noise() -> None:
+    from tune_batch.decide.baseline import Baseline
+    from tune_batch.store.records import Params
+
+    p = Params(batch_size=32, lr=0.01, num_gpus=1)
+    # the quickstart's figures: 1.47 +- 0.96 over the baseline, a 294 s search
+    within = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.96, None, 2.40, 294.0, 264)
+    line = within.line("val_acc")
+    assert "(within the runs' noise)" in line and "paid back after" not in line
+    assert "whether it pays back is not known within that noise (after 264 run(s) at the point estimate)" in line
+    assert within.to_dict()["payback_established"] is False and within.to_dict()["payback_runs"] == 264
+    clear = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.20, None, 2.40, 294.0, 264)
+    assert "paid back after 264 run(s) to the target" in clear.line("val_acc")
+    assert clear.to_dict()["payback_established"] is True

@@ -47,7 +47,13 @@ class Baseline:
                 "reached_target": f"{self.reached} of {len(self.runs)}", "best_value": self.best_value,
                 "runs": [r.trial_id for r in self.runs], "speedup": self.speedup, "speedup_ci": self.speedup_ci,
                 "speedup_at_least": self.speedup_at_least, "recommended_time_to_target_s": self.recommended_s,
-                "search_wall_s": self.search_wall_s, "payback_runs": self.payback_runs}
+                "search_wall_s": self.search_wall_s, "payback_runs": self.payback_runs,
+                "payback_established": self.payback_runs is not None and self.beyond_noise}
+
+    @property
+    def beyond_noise(self) -> bool:
+        """Whether the speedup's 95 % interval leaves out 1 (known only with two runs a side)."""
+        return self.speedup is not None and self.speedup_ci is not None and abs(self.speedup - 1.0) > self.speedup_ci
 
     def line(self, metric: str) -> str:
         """The summary's first line."""
@@ -56,10 +62,13 @@ class Baseline:
         cost = f"; the search cost {self.search_wall_s:.0f} s" if self.search_wall_s is not None else ""
         if self.speedup is not None:
             ci = f" +- {self.speedup_ci:.2f}" if self.speedup_ci is not None else " (one run a side: no spread)"
+            within = self.speedup_ci is not None and not self.beyond_noise
+            how = " (within the runs' noise)" if within else ""
             pay = (f", paid back after {self.payback_runs} run(s) to the target" if self.payback_runs is not None
                    else ", never paid back: the baseline is as fast or faster")
-            within = self.speedup_ci is not None and abs(self.speedup - 1.0) <= self.speedup_ci
-            how = " (within the runs' noise)" if within else ""
+            if within:  # a saving inside the noise pays nothing back for sure
+                pay = (f"; whether it pays back is not known within that noise (after {self.payback_runs} run(s) "
+                       f"at the point estimate)" if self.payback_runs is not None else "")
             return (f"recommendation vs {name}: time to the {metric} target x{1 / self.speedup:.2f} "
                     f"(speedup {self.speedup:.2f}{ci}{how}) "
                     f"({self.recommended_s:.2f} s vs {self.time_to_target_s:.2f} s of training){cost}"
