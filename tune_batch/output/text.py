@@ -227,9 +227,10 @@ def confirm_lines(conf: Confirmation) -> list[str]:
                    f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together)")
     blended = min(eligible, key=lambda c: (c.ranked_by(False) or 0.0, c.long_rank), default=None)
     if not conf.at_length and conf.best is not None and blended is not None and blended is not conf.best:
-        out.append(f"  trial {blended.trial.trial_id}'s prediction ranked it first ({blended.estimate_s:.2f} s with "
-                   f"its runs), but its runs reached the target later than trial {conf.best.trial.trial_id}'s beyond "
-                   f"their spread: the runs decide")
+        est = blended.ranked_by(False) or 0.0
+        out.append(f"  trial {blended.trial.trial_id}'s prediction ranked it first ({est:.2f} s with its runs), but "
+                   f"its runs reached the target later than trial {conf.best.trial.trial_id}'s beyond their "
+                   f"spread: the runs decide")
     if len(reached) >= 2:
         a, b = reached[0], reached[1]
         res = max(step_before(r.info.curve or [], conf.target, conf.maximize) or 0.0 for r in (*a.runs, *b.runs))
