@@ -70,6 +70,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -498,10 +499,8 @@ def side_round(stored: list[dict], configs: list[tuple], runs: int) -> tuple[lis
     if mine:
         return mine, tag, False
     old = [r for r in stored if "set" not in r and key(r["params"]) in configs]
-    count: dict[tuple, int] = {}
-    for r in old:
-        count[key(r["params"])] = count.get(key(r["params"]), 0) + 1
-    if old and all(count.get(c, 0) >= runs for c in configs):
+    count = Counter(key(r["params"]) for r in old)
+    if old and all(count[c] >= runs for c in configs):
         return old, "", True
     return [], tag, False
 

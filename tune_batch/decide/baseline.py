@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tune_batch.config import Config
-from tune_batch.decide.confirm import BASELINE, Candidate, Confirmation, first_reach
+from tune_batch.decide.confirm import BASELINE, Candidate, Confirmation, reach_times
 from tune_batch.store.records import Params, Status, TrialResult
 
 __all__ = ["BASELINE", "Baseline", "compare", "params_of"]
@@ -80,10 +80,6 @@ class Baseline:
         return f"recommendation vs {name}: no comparison (no recommendation reached the target){cost}"
 
 
-def _reach_times(runs: Sequence[TrialResult], target: float, maximize: bool) -> list[float]:
-    return [h[0] for h in (first_reach(r.info.curve or [], target, maximize) for r in runs) if h is not None]
-
-
 def _log_sd2(xs: list[float]) -> float:
     return statistics.variance([math.log(x) for x in xs]) if len(xs) > 1 else math.nan
 
@@ -99,13 +95,13 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
     target, up = conf.target, conf.maximize
     values = [c[2] for r in ok for c in r.info.curve or []]
     best_value = (max(values) if up else min(values)) if values else None
-    hits = _reach_times(ok, target, up) if target is not None else []
+    hits = reach_times(ok, target, up)
     mine = statistics.median(hits) if hits and 2 * len(hits) > len(runs) else None
     rec_s = best.time_to_target_s if best is not None else None
     speedup = ci = at_least = payback = None
     if mine is not None and rec_s:
         speedup = mine / rec_s
-        theirs = _reach_times(best.runs, target, up) if best is not None and target is not None else []
+        theirs = reach_times(best.runs, target, up) if best is not None else []
         var = _log_sd2(hits) / len(hits) + _log_sd2(theirs) / max(1, len(theirs))
         ci = speedup * 1.96 * math.sqrt(var) if math.isfinite(var) else None
         saved = mine - rec_s

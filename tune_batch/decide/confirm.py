@@ -79,6 +79,12 @@ def first_reach(curve: Sequence[Sequence[float]], target: float | None,
     return None
 
 
+def reach_times(runs: Sequence[TrialResult], target: float | None, maximize: bool = True) -> list[float]:
+    """Training seconds to ``target`` of each of ``runs`` whose curve reached it (none without a target)."""
+    hits = (first_reach(r.info.curve or [], target, maximize) for r in runs)
+    return [h[0] for h in hits if h is not None]
+
+
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Kendall's tau-a between two rankings of the same items (None with fewer than 2)."""
     n = len(a)
@@ -184,8 +190,8 @@ class Confirmation:
 
     def run_times(self, c: Candidate, devices: bool = False) -> list[float]:
         """Training seconds to the target of each of ``c``'s runs that reached it (x num_gpus when ``devices``)."""
-        hits = (first_reach(r.info.curve or [], self.target, self.maximize) for r in c.runs)
-        return [h[0] * (c.trial.params.num_gpus if devices else 1) for h in hits if h is not None]
+        scale = c.trial.params.num_gpus if devices else 1
+        return [t * scale for t in reach_times(c.runs, self.target, self.maximize)]
 
     def best_at_length(self, devices: bool = False) -> Candidate | None:
         """The goal's rule without a target: the candidate with the best final metric (mean over

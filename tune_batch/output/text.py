@@ -12,7 +12,7 @@ from tune_batch.analysis.headroom import growth_line
 from tune_batch.analysis.notes import texts
 from tune_batch.analysis.points import SHOWN_LEVELS
 from tune_batch.analysis.report import Report
-from tune_batch.decide.confirm import Candidate, Confirmation, first_reach, predictions, step_before
+from tune_batch.decide.confirm import Candidate, Confirmation, predictions, step_before
 from tune_batch.store.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
@@ -191,8 +191,7 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     for x in conf.candidates:
         p = x.trial.params
         spread = ""
-        hits = [h[0] for h in (first_reach(r.info.curve or [], conf.target, conf.maximize) for r in x.runs)
-                if h is not None]
+        hits = conf.run_times(x)
         if len(hits) > 1:
             spread = f" (runs {min(hits):.2f}-{max(hits):.2f} s)"
         reach = (f"reached in {x.time_to_target_s:.2f} s of training{spread}, {x.samples_to_target:.0f} samples"
