@@ -306,3 +306,56 @@ def test_live_tensor_bytes_passes_over_fake_tensors_a_compile_leaves_reachable()
     compiled = torch.compile(torch.nn.Linear(8, 8))
     compiled(torch.randn(4, 8)).sum().backward()
     assert live_tensor_bytes() > 0
+
+
+def test_readings_inside_a_run_freeze_the_heap_and_see_the_same_bytes_as_whole_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a run's first reading the heap is frozen, so the later ones collect and scan only
+    what the run made; the bytes are those of a whole-heap reading: a tensor kept before the
+    freeze and freed after it leaves the count, one appended to an old list enters it, cyclic
+    garbage made after it does not; the heap is unfrozen when the run ends, and a freeze that
+    was there before is left alone."""
+    import gc
+
+    import torch
+
+    from tune_batch.measure import memory
+
+    cpu = torch.device("cpu")
+    old, kept_list = torch.ones(MiB, dtype=torch.uint8), []
+    with memory.kept_scope():
+        first = memory.kept_bytes(cpu)
+        assert gc.get_freeze_count() > 0
+        kept_list.append(torch.ones(2 * MiB, dtype=torch.uint8))
+
+        class Node:
+            pass
+
+        node = Node()
+        node.me, node.t = node, torch.ones(4 * MiB, dtype=torch.uint8)  # a cycle: garbage once dropped
+        del node
+        assert memory.kept_bytes(cpu) - first == 2 * MiB
+        del old
+        assert memory.kept_bytes(cpu) - first == MiB
+    assert gc.get_freeze_count() == 0
+    assert kept_list
+
+    # a leaking run records the same kept memory either way
+    leaky = tiny_config(model={"name": "tests.workloads:leaky", "kwargs": {"kib_per_step": 64}},
+                        confirm={"train_samples": 1024, "evaluations": 4})
+    runs = []
+    for freeze in (True, False):
+        monkeypatch.setattr(memory, "FREEZE", freeze)
+        r = confirm_run(leaky, {"batch_size": 16, "lr": 0.05}, trial_id="0c0", confirm_of=0)
+        assert r.status is Status.OK, r.reason
+        runs.append(r.info.memory_kept_bytes)
+    assert runs[0] == runs[1] and runs[0][-1][1] - runs[0][0][1] >= 32 * 64 * 1024
+
+    gc.freeze()  # someone else's freeze: the scope reads the whole heap and leaves it frozen
+    try:
+        n, made = gc.get_freeze_count(), torch.ones(MiB, dtype=torch.uint8)
+        with memory.kept_scope():
+            assert memory.kept_bytes(cpu) >= MiB and made.numel()
+        assert gc.get_freeze_count() > n // 2  # still frozen (less what refcounting freed meanwhile)
+    finally:
+        gc.unfreeze()

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
-from tune_batch.measure.memory import kept_reading_at
+from tune_batch.measure.memory import kept_reading_at, kept_scope
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective
 from tune_batch.trial.evaluate import accuracy, chance_rate, check_batchnorm, evaluate
@@ -208,7 +208,8 @@ def confirm_measure(config: Config, params: Params, placement: Placement = Place
     with precision_flags(config.train.precision, device):
         def attempt(accumulation: int) -> tuple[_Run, MemoryCap]:
             cap = apply_memory_cap(config, device)
-            return _curve(config, p, device, start, extra, cap, accumulation, placement, until), cap
+            with kept_scope():  # the memory watch's readings after the first see only what the run made
+                return _curve(config, p, device, start, extra, cap, accumulation, placement, until), cap
 
         (run, cap), accumulation = with_accumulation(config, p.batch_size // world, world, device, attempt)
     samples, train_s, acc, loss = run.curve[-1]

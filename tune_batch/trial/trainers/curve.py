@@ -18,7 +18,7 @@ import torch
 
 from tune_batch.analysis.growth import growth
 from tune_batch.config import Config
-from tune_batch.measure.memory import kept_bytes, kept_reading_at
+from tune_batch.measure.memory import kept_bytes, kept_reading_at, kept_scope
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.loop import sync
 from tune_batch.trial.setup import StepPlan
@@ -113,7 +113,7 @@ def confirm_trainer(config: Config, params: Params, samples: int, timeout_s: flo
     seed_everything(config.search.seed)
     module = loop_module(config.train.loop)
     evals = eval_plan(config, total)
-    with quiet(module.LOGGERS):
+    with quiet(module.LOGGERS), kept_scope():
         run = module.train(config, params, plan, device, cap, start + timeout_s, False, evals)
     assert run.curve, "a trainer loop returned no curve"
     done, train_s, value, loss = run.curve[-1]
