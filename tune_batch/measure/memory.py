@@ -198,10 +198,11 @@ def _scoped_collect(scan: bool) -> list[Any] | None:
     return [*_tensors(gc.get_objects()), *(t for t in (r() for r in _Scope.old) if t is not None)]
 
 
-#: The most readings of the kept memory a run takes at its evaluations. Each reading is a full
-#: garbage collection (and, on a CPU, a walk over every Python object): 0.15-0.45 s in a process
-#: that has torch, Ray and Lightning loaded, which made 32 readings 12.6 of a 16.5 s confirmation
-#: run's wall (2.7 s of training). Eight points spread over the run fit the growth line as well.
+#: The most readings of the kept memory a run takes at its evaluations. A reading of the whole
+#: heap is a full garbage collection (and, on a CPU, a walk over every Python object): 0.15-0.45 s
+#: in a process that has torch, Ray and Lightning loaded, which made 32 readings 12.6 of a 16.5 s
+#: confirmation run's wall (2.7 s of training); inside a ``kept_scope`` only the first one is.
+#: Eight points spread over the run fit the growth line as well.
 KEPT_READINGS = 8
 
 
