@@ -142,8 +142,9 @@ class _Scope:
 
 
 #: Whether readings inside a ``kept_scope`` freeze the heap after the first one (off: every
-#: reading collects and scans the whole heap, as outside a scope; for comparing the two).
-FREEZE = True
+#: reading collects and scans the whole heap, as outside a scope; for comparing the two, also
+#: in a search's worker processes: ``TUNE_BATCH_KEPT_FREEZE=0``).
+FREEZE = os.environ.get("TUNE_BATCH_KEPT_FREEZE", "1") != "0"
 
 
 @contextlib.contextmanager

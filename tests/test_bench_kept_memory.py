@@ -1,0 +1,23 @@
+"""scripts/bench_kept_memory.py's reading of a search: where its wall seconds went."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import script
+
+
+def _row(trial_id, duration, **info) -> dict:
+    return {"trial_id": trial_id, "duration_s": duration, "info": info}
+
+
+def test_a_search_wall_is_split_into_trials_repeats_confirmation_baseline_and_the_rest() -> None:
+    rows = [_row(0, 2.0), _row(1, 3.0), _row("0s1", 1.5, repeat_of=0), _row("0c0", 10.0, confirm_of=0, train_s=7.0),
+            _row("baseline-c0", 6.0, confirm_of="baseline", train_s=4.0), _row(2, None)]
+    with script("bench_kept_memory") as bench:
+        parts = bench.split(rows, 30.0)
+    assert parts["trials"] == 5.0 and parts["repeats"] == 1.5
+    assert parts["candidates"] == 10.0 and parts["candidates_training"] == 7.0
+    assert parts["baseline"] == 6.0 and parts["baseline_training"] == 4.0
+    assert parts["rest"] == pytest.approx(30.0 - 22.5)
+    assert set(parts) == set(bench.PARTS)
