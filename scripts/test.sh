@@ -17,7 +17,7 @@ if [ "$#" -gt 0 ]; then
   exec python3 -m pytest "$@"
 fi
 status=0
-python3 -m pytest -n "${TUNE_BATCH_TEST_WORKERS:-2}" --dist load -m "not serial" || status=$?
+python3 -m pytest -n "${TUNE_BATCH_TEST_WORKERS:-2}" --dist worksteal -m "not serial" || status=$?
 # the serial tests one file per process: a process that starts and stops Ray twice can crash at
 # exit after its tests passed (Ray's threads outliving a shutdown; seen once here, a segfault after
 # "5 passed"), which would fail the run for no test's sake
