@@ -89,10 +89,27 @@ def test_short_trials_that_learned_nothing_confirm_configs_spread_over_the_learn
     assert len(spread(trials, 10)) == 6
 
 
+def test_by_default_two_candidates_are_confirmed_and_three_rates_when_nothing_was_learned() -> None:
+    from tune_batch.analysis.report import build_report
+    from tune_batch.config.schema import ConfirmConfig
+    from tune_batch.decide.recommend import confirm_candidates
+
+    assert ConfirmConfig().candidates == 2
+    cfg = _config(candidates=ConfirmConfig().candidates)
+    nothing = confirm_candidates(build_report(cfg, SHORT))
+    assert [r.params.lr for r in nothing] == [1e-4, 1e-2, 1e-1]  # the lowest, the middle, the highest
+    learned = [_rec(i, acc, b=b, lr=lr) for i, (acc, b, lr) in enumerate(
+        [(0.95, 16, 1e-3), (0.97, 32, 1e-2), (0.90, 64, 1e-1), (0.93, 128, 3e-2)])]
+    assert len(confirm_candidates(build_report(cfg, learned))) == 2
+    assert len(confirm_candidates(build_report(cfg.model_copy(update={"confirm": cfg.confirm.model_copy(
+        update={"candidates": 4})}), SHORT))) == 4  # more when asked
+
+
 def test_a_search_that_learns_nothing_escalates_within_its_cap_and_says_so(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    # a learning rate far too small to learn anything at any length tried: two confirmation
-    # candidates (the lowest and the highest lr), then one round 4x longer over the better one
+    # a learning rate far too small to learn anything at any length tried: three confirmation
+    # candidates spread over the learning rates (at least 3 when nothing was learned, although
+    # confirm.candidates is 2), then one round 4x longer over the better two
     cfg = tiny_config(search={"backend": "optuna"}, budget={"trials": 3, "train_samples": 512},
                       data={"name": "synthetic", "resize": 16, "synthetic_samples": 1024, "val_samples": 400},
                       space={"batch_size": {"min": 16, "max": 32}, "lr": {"low": 1e-7, "high": 2e-7}},
@@ -103,10 +120,10 @@ def test_a_search_that_learns_nothing_escalates_within_its_cap_and_says_so(tmp_p
     recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
     first = [r for r in recs if r["info"].get("confirm_of") is not None and not r["info"].get("rung")]
     second = [r for r in recs if r["info"].get("rung") == 2]
-    assert len(first) == 2 and len(second) == 1, [r["trial_id"] for r in recs]
-    assert second[0]["trial_id"].endswith("c0r2")
+    assert len(first) == 3 and len(second) == 2, [r["trial_id"] for r in recs]
+    assert len({r["params"]["lr"] for r in first}) == 3 and all(r["trial_id"].endswith("c0r2") for r in second)
     assert second[0]["info"]["train_samples_done"] >= 3 * max(r["info"]["train_samples_done"] for r in first)
-    assert "escalating: nothing learned yet; 1 run(s) of" in out
+    assert "escalating: nothing learned yet; 2 run(s) of" in out
     assert res.recommended is None and "2 rounds)" in out
     conf = json.loads((tmp_path / "run" / "pareto.json").read_text())["confirmation"]
     assert conf["escalation_round"] == 2

@@ -24,6 +24,11 @@ TIME_TO_TARGET = "time_to_target"
 DEVICE_SECONDS = "device_seconds_to_target"  # the same, in wall seconds x num_gpus
 
 
+#: When the short trials learned nothing, confirmation trains at least this many configs spread
+#: over the learning rates (the lowest, the middle, the highest), whatever ``confirm.candidates``.
+SPREAD_AT_LEAST = 3
+
+
 def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult]:
     """The configs confirmation trains, for the one that reaches the target soonest: the
     recommended one, the most accurate, then those already within 0.95 (``confirm.target_fraction``
@@ -34,16 +39,17 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     ideal point). The fastest config overall is not one of them for its speed alone: at
     a learning rate too low it never reaches the target (in 7 of the decision benchmark's 18
     stored searches, before this order). When the short trials learned nothing, the feasible
-    configs spread over the searched learning rates (``spread``): which fell furthest in a short run
-is noise when none learned. One config is confirmed once: a sampler can propose the
-    same params twice (at a bound of the space, e.g. lr 0.1), and a second candidate of the
+    configs spread over the searched learning rates (``spread``; at least ``SPREAD_AT_LEAST``):
+    which fell furthest in a short run is noise when none learned. One config is confirmed once:
+    a sampler can propose the same params twice (at a bound of the space, e.g. lr 0.1), and a second candidate of the
     same config would repeat its runs seed for seed and leave one out of the prediction only
     to find itself among the others (3 of 93 stored searches confirmed one config twice)."""
     n = report.config.confirm.candidates if n is None else n
     if n <= 0:
         return []
-    if not report.learned:
-        return _every_gpu_count(spread([p.trial for p in report.points.values()], n), n)
+    if not report.learned:  # at least SPREAD_AT_LEAST rates: which one learns is the question
+        m = max(n, SPREAD_AT_LEAST)
+        return _every_gpu_count(spread([p.trial for p in report.points.values()], m), m)
     rest = candidates(report, len(report.points))  # the recommended one first
 
     name, direction = report.config.confirm_metric or ("val_acc", "maximize")
