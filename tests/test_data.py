@@ -180,3 +180,30 @@ def test_shifted_images_place_each_pattern_at_its_own_offset() -> None:
     assert len(offsets) > 5  # offsets differ from sample to sample
     again = data(samples=256, val_samples=64, side=12, classes=4, noise=0.0, shift=3, seed=2)[0].tensors[0]
     assert torch.equal(again, x)
+
+
+def test_the_regression_workload_standardises_its_target_and_scores_the_mean_at_about_one() -> None:
+    """friedman_mlp's data, step and evaluation: float targets standardised on the training rows,
+    a model that predicts 0 (their mean) scores val_mse about 1, and no chance rate is made up
+    from float labels."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from tests.conftest import REPO
+    from tune_batch.config import load_config
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.trial.evaluate import chance_rate
+    from tune_batch.workload.regression import data, evaluate, step
+
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "friedman_mlp.yaml"))
+    train, val = data(rows=1024, val_rows=256, features=8, noise=0.5, seed=1)
+    x, y = train.tensors
+    assert x.shape == (1024, 8) and y.dtype == torch.float32 and abs(float(y.mean())) < 1e-4
+    assert abs(float(y.std()) - 1) < 1e-3
+    zero = torch.nn.Linear(8, 1)
+    torch.nn.init.zeros_(zero.weight), torch.nn.init.zeros_(zero.bias)
+    mse = evaluate(zero, DataLoader(val, batch_size=64), torch.device("cpu"))["val_mse"]
+    assert 0.7 < mse < 1.3
+    loss = step(zero, next(iter(DataLoader(train, batch_size=32))), torch.device("cpu"))
+    assert loss.requires_grad and float(loss) > 0
+    assert chance_rate(val) is None

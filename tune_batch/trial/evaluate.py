@@ -67,6 +67,8 @@ def chance_rate(val: Any) -> float | None:
     counts: dict[int, int] = {}
     try:
         for _, y in DataLoader(val, batch_size=1024, shuffle=False):
+            if torch.as_tensor(y).is_floating_point():  # a regression target: no classes
+                return None
             for label, n in zip(*torch.unique(torch.as_tensor(y).reshape(-1), return_counts=True)):
                 counts[int(label)] = counts.get(int(label), 0) + int(n)
     except (TypeError, ValueError, RuntimeError):
