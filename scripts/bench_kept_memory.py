@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(gc.get_objects())} objects tracked by the collector in this process", flush=True)
     params = {"batch_size": args.batch_size, "lr": args.lr, "num_gpus": 1}
     confirm_run(config, params, trial_id="warm", confirm_of=0)  # first-run imports, outside the figures
-    ways = {"frozen": True, "whole": False}
+    ways, before = {"frozen": True, "whole": False}, memory.FREEZE
     out: dict[str, dict[str, list]] = {w: {"wall": [], "train": [], "read": [], "n": [], "kept": []} for w in ways}
     for i in range(args.repeats):
         for way, freeze in ways.items():
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             o["kept"].append(r.info.memory_kept_bytes)
             print(f"  [{i + 1}/{args.repeats}] {way}: wall {r.duration_s:.2f} s, training {r.info.train_s:.2f} s, "
                   f"{spent['n']} readings {spent['s']:.3f} s", flush=True)
-    memory.FREEZE = True
+    memory.FREEZE = before
     same = all(a == b for a, b in zip(out["frozen"]["kept"], out["whole"]["kept"], strict=True))
     for way, o in out.items():
         print(f"{way}: wall s {spread(o['wall'])}; training s {spread(o['train'])}; readings s {spread(o['read'])} "

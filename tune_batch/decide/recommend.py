@@ -41,9 +41,10 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     stored searches, before this order). When the short trials learned nothing, the feasible
     configs spread over the searched learning rates (``spread``; at least ``SPREAD_AT_LEAST``):
     which fell furthest in a short run is noise when none learned. One config is confirmed once:
-    a sampler can propose the same params twice (at a bound of the space, e.g. lr 0.1), and a second candidate of the
-    same config would repeat its runs seed for seed and leave one out of the prediction only
-    to find itself among the others (3 of 93 stored searches confirmed one config twice)."""
+    a sampler can propose the same params twice (at a bound of the space, e.g. lr 0.1), and a
+    second candidate of the same config would repeat its runs seed for seed and leave one out of
+    the prediction only to find itself among the others (3 of 93 stored searches confirmed one
+    config twice)."""
     n = report.config.confirm.candidates if n is None else n
     if n <= 0:
         return []

@@ -122,14 +122,20 @@ def _storage_bytes(tensors: Iterable[Any], device_type: str) -> int:
     return sum(storages.values())
 
 
+def _collect(scan: bool = True) -> list[Any]:
+    """A garbage collection, then the tensors the collector still tracks (frozen objects are not
+    among them); without ``scan`` none are looked for."""
+    import gc
+
+    gc.collect()
+    return _tensors(gc.get_objects()) if scan else []
+
+
 def live_tensor_bytes(device_type: str = "cpu") -> int:
     """Bytes of the distinct storages of every tensor on ``device_type`` that Python can reach,
     after a garbage collection: the tensor memory a process keeps, free of allocator noise (memory
     held only inside C++, such as an autograd graph's saved tensors, is not seen)."""
-    import gc
-
-    gc.collect()
-    return _storage_bytes(_tensors(gc.get_objects()), device_type)
+    return _storage_bytes(_collect(), device_type)
 
 
 class _Scope:
@@ -183,8 +189,7 @@ def _scoped_collect(scan: bool) -> list[Any] | None:
         if gc.get_freeze_count() or not gc.isenabled():
             _Scope.full = True
             return None
-        gc.collect()
-        tensors = _tensors(gc.get_objects()) if scan else []
+        tensors = _collect(scan)
         try:
             old = [weakref.ref(t) for t in tensors]
         except TypeError:  # a tensor type without weak references: the scope's readings stay whole
@@ -193,10 +198,8 @@ def _scoped_collect(scan: bool) -> list[Any] | None:
         _Scope.old, _Scope.froze = old, True
         gc.freeze()
         return tensors
-    gc.collect()
-    if not scan:
-        return []
-    return [*_tensors(gc.get_objects()), *(t for t in (r() for r in _Scope.old) if t is not None)]
+    # (the weak references are of a scanning scope's tensors only: none where ``scan`` is off)
+    return [*_collect(scan), *(t for t in (r() for r in _Scope.old) if t is not None)]
 
 
 #: The most readings of the kept memory a run takes at its evaluations. A reading of the whole

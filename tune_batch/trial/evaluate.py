@@ -67,9 +67,10 @@ def chance_rate(val: Any) -> float | None:
     counts: dict[int, int] = {}
     try:
         for _, y in DataLoader(val, batch_size=1024, shuffle=False):
-            if torch.as_tensor(y).is_floating_point():  # a regression target: no classes
+            labels = torch.as_tensor(y)
+            if labels.is_floating_point():  # a regression target: no classes
                 return None
-            for label, n in zip(*torch.unique(torch.as_tensor(y).reshape(-1), return_counts=True)):
+            for label, n in zip(*torch.unique(labels.reshape(-1), return_counts=True)):
                 counts[int(label)] = counts.get(int(label), 0) + int(n)
     except (TypeError, ValueError, RuntimeError):
         return None
