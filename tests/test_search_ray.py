@@ -149,6 +149,12 @@ def test_quickstart_from_the_command_line(tmp_path: Path) -> None:
         assert r["info"]["bottleneck"] and r["info"]["device"]
     assert "Pareto front" in p.stdout and "recommended:" in p.stdout
     assert "[7/7]" in p.stdout and "noise val_acc" in p.stdout
+    # one Tune experiment for the whole search, the stages in order, each planned once the one
+    # before it was recorded; the trial process that ran the search's trials ran the later ones too
+    assert [d.name.split("-")[0] for d in (out / "ray").iterdir() if d.is_dir()] == ["tune"]
+    stage = ["trial" if r in recs else "repeat" if r["info"].get("repeat_of") is not None else "confirm" for r in every]
+    assert stage == sorted(stage, key=["trial", "repeat", "confirm"].index)
+    assert {confirmed["info"]["pid"], base["info"]["pid"]} & {r["info"]["pid"] for r in recs}
     if all(r["status"] == "ok" for r in repeats):
         repeated = next((t for t in pareto["trials"] if t["trial_id"] == of), None)
         assert repeated is None or (len(repeated["runs"]) == 2 and repeated["metrics"]["val_acc_ci"] is not None)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import optuna
 
 from tune_batch.analysis.objectives import utilization_warning
+from tune_batch.backends import Later, in_turn
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import graceful, received
 from tune_batch.config import Config, SpaceConfig
@@ -164,7 +165,8 @@ def _search_stage(config: Config, run_dir: RunDir, *, storage: Any, study_name: 
 
 
 class LocalBackend:
-    """The in-process backend's two verbs (see ``pipeline.stages``) on one stored study."""
+    """The in-process backend (see ``pipeline.stages``) on one stored study: the search, then
+    each later stage, in turn."""
 
     def __init__(self, run_dir: RunDir, *, storage: Any, study_name: str, progress: Progress, policy: Policy,
                  fresh: bool, sampler_seed: int | None) -> None:
@@ -180,6 +182,9 @@ class LocalBackend:
     def run_jobs(self, config: Config, jobs: Sequence[Job], kind: JobKind) -> None:
         with graceful():
             run_jobs(config, self.run_dir, jobs, self.progress)
+
+    def run(self, config: Config, trials: int, later: Later) -> None:
+        in_turn(self, config, trials, later)
 
 
 @contextmanager

@@ -1,10 +1,13 @@
 """The stages of a search, in one place: the search's trials, then the repeats of its front
 candidates, then the confirmation runs at length. Each stage is planned here from the records
 the stage before it left (so a resumed search plans the same jobs and runs only what is
-missing); a backend only runs what it is handed, through its two verbs:
+missing); a backend only runs what it is handed, through one verb:
 
-- ``run_trials(config, n)``: ``n`` trials proposed by the study's sampler;
-- ``run_jobs(config, jobs, kind)``: planned jobs (``store.jobs.Job``), repeats or confirmation runs.
+- ``run(config, n, later)``: ``n`` trials proposed by the study's sampler, then each stage that
+  ``later`` plans (``Planned``: planned jobs, ``store.jobs.Job``, repeats or confirmation runs),
+  one after the other. A stage is planned only once the one before it is recorded. The Ray
+  backend runs all of them in one Tune experiment (one start, its trial processes reused); the
+  in-process one runs them in turn (``in_turn``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from tune_batch.analysis.report import build_report, latest_per_trial
+from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import received
 from tune_batch.config import Config
@@ -30,9 +34,7 @@ from tune_batch.store.rundir import RunDir
 class Backend(Protocol):
     """What a backend offers inside one session (one Ray instance, or this process)."""
 
-    def run_trials(self, config: Config, trials: int) -> None: ...
-
-    def run_jobs(self, config: Config, jobs: Sequence[Job], kind: JobKind) -> None: ...
+    def run(self, config: Config, trials: int, later: Later) -> None: ...
 
 
 def _searched(records: Sequence[TrialResult]) -> list[TrialResult]:
@@ -84,6 +86,36 @@ def pending(config: Config, records: Sequence[TrialResult]) -> bool:
             or any(plan(config, records) for _, plan in AFTER_SEARCH))
 
 
+class Planned:
+    """The stages after the search, as an iterator (``backends.Later``): each stage planned from
+    the records when it is asked for, so after the stage before it is recorded, and announced;
+    escalation rounds planned again after each round; nothing more once a signal was received.
+    Plain state, no generator: Tune pickles the searcher that holds it."""
+
+    def __init__(self, config: Config, run_dir: RunDir, progress: Progress) -> None:
+        self.config, self.run_dir, self.progress = config, run_dir, progress
+        self.stage = 0  # the index in AFTER_SEARCH of the stage to plan next
+
+    def __iter__(self) -> Planned:
+        return self
+
+    def __next__(self) -> tuple[JobKind, list[Job]]:
+        config, progress = self.config, self.progress
+        while self.stage < len(AFTER_SEARCH) and received["signal"] is None:
+            kind, plan = AFTER_SEARCH[self.stage]
+            jobs = plan(config, self.run_dir.records()[0])
+            if not jobs or plan is not escalations_of:  # rounds go on while escalations_of plans one
+                self.stage += 1
+            if not jobs:
+                continue
+            if plan is escalations_of:
+                progress.say(f"escalating: nothing learned yet; {len(jobs)} run(s) of {jobs[0].samples} samples "
+                             f"(round {jobs[0].rung} of at most {config.confirm.escalations + 1})")
+            (progress.repeating if kind is JobKind.REPEAT else progress.confirming)(len(jobs))
+            return kind, jobs
+        raise StopIteration  # done, or stopped: what is recorded stays, the rest runs on resume
+
+
 def run_stages(config: Config, run_dir: RunDir, open_backend: Callable[[], AbstractContextManager[Backend]],
                progress: Progress) -> None:
     """Run what the records say is still to run, stage by stage, inside one backend session
@@ -94,17 +126,4 @@ def run_stages(config: Config, run_dir: RunDir, open_backend: Callable[[], Abstr
         return
     with open_backend() as backend:
         left = config.budget.trials - budget_used(_searched(records))
-        if left > 0:
-            backend.run_trials(config, left)
-        for kind, plan in AFTER_SEARCH:
-            if received["signal"] is not None:  # stopped: what is recorded stays, the rest runs on resume
-                return
-            jobs = plan(config, run_dir.records()[0])
-            while jobs and received["signal"] is None:
-                if plan is escalations_of:
-                    progress.say(f"escalating: nothing learned yet; {len(jobs)} run(s) of {jobs[0].samples} samples "
-                                 f"(round {jobs[0].rung} of at most {config.confirm.escalations + 1})")
-                (progress.repeating if kind is JobKind.REPEAT else progress.confirming)(len(jobs))
-                backend.run_jobs(config, jobs, kind)
-                jobs = plan(config, run_dir.records()[0]) if plan is escalations_of else []
-
+        backend.run(config, max(0, left), Planned(config, run_dir, progress))

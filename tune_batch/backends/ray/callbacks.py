@@ -60,10 +60,8 @@ def trial_error(trial: Any) -> BaseException | str | None:
     return None
 
 
-def failed_record(trial: Any, reason: str, specs: list[dict[str, Any]] | None = None) -> TrialResult:
+def failed_record(trial: Any, reason: str) -> TrialResult:
     spec = dict(trial.config)
-    if specs is not None and "job" in spec:  # a repeat: its job's spec
-        spec = dict(specs[spec["job"]])
     params = Params.of({k: v for k, v in spec.items() if k not in CONTROL_KEYS})
     # a repeat or a confirmation run keeps its lineage: never counted as a trial of the search
     info = TrialInfo(seed=spec.get("seed"), repeat_of=spec.get("repeat_of"), confirm_of=spec.get("confirm_of"),
@@ -89,10 +87,9 @@ class Records(tune.Callback):
     """Appends each finished trial's record to trials.jsonl and shows progress; adds
     ``scaling_efficiency`` = sps(n) / (n x sps(1)) at the same per-worker batch, when measured."""
 
-    def __init__(self, run_dir: RunDir, progress: Progress, specs: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, run_dir: RunDir, progress: Progress) -> None:
         self.run_dir = run_dir
         self.progress = progress
-        self.specs = specs  # the repeats' jobs, when the trials are repeats
         self.lost: RecordNotWritten | None = None  # a record trials.jsonl refused (it was kept elsewhere)
         self._one_worker_sps: dict[int, float] = {}  # per-worker batch -> best samples/s at num_gpus 1
         for rec in progress.records:
@@ -134,7 +131,7 @@ class Records(tune.Callback):
         if "tb_record" in last:
             rec = TrialResult.from_record(json.loads(last["tb_record"])).replace(ray_trial_id=trial.trial_id)
         else:
-            rec = failed_record(trial, "the trial ended without reporting a result", self.specs)
+            rec = failed_record(trial, "the trial ended without reporting a result")
         self._write(rec)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
@@ -142,4 +139,4 @@ class Records(tune.Callback):
         if "tb_record" in last:  # the trial reported its record, then errored on purpose (watchdog)
             self._write(TrialResult.from_record(json.loads(last["tb_record"])).replace(ray_trial_id=trial.trial_id))
             return
-        self._write(failed_record(trial, error_reason(trial_error(trial)), self.specs))
+        self._write(failed_record(trial, error_reason(trial_error(trial))))

@@ -1,9 +1,10 @@
-"""Ray Tune backend: a Tuner whose OptunaSearch (multi-objective, constrained) proposes trials."""
+"""Ray Tune backend: one Tuner per search, whose OptunaSearch (multi-objective, constrained)
+proposes the trials, followed in the same experiment by the later stages' planned jobs."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -11,16 +12,16 @@ from typing import Any
 from ray import tune
 
 from tune_batch.analysis.objectives import is_maximize, utilization_warning
+from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.ray.callbacks import Halt, Records
 from tune_batch.backends.ray.cleanup import GroupSweeper
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
-from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch
+from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch, Staged
 from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray_session
-from tune_batch.backends.ray.trainable import job_trainable, ray_trainable
+from tune_batch.backends.ray.trainable import ray_trainable
 from tune_batch.config import Config
 from tune_batch.config.callables import registered
-from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
 from tune_batch.study.samplers import make_sampler, probe_rule
@@ -41,22 +42,22 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
 
 
 def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], tune_config: tune.TuneConfig,
-               verbose: bool, kind: str, param_space: dict[str, Any] | None = None) -> None:
+               verbose: bool) -> None:
     # a fresh experiment per invocation: a continued search joins the same Optuna study
     records = next(c for c in callbacks if isinstance(c, Records))
-    run_config = tune.RunConfig(name=f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}",
+    run_config = tune.RunConfig(name=f"{EXPERIMENT}-{time.strftime('%Y%m%d-%H%M%S')}",
                                 storage_path=str((run_dir.path / "ray").resolve()), verbose=2 if verbose else 0,
                                 callbacks=callbacks, failure_config=tune.FailureConfig(max_failures=0),
                                 stop=Halt(records))
-    tune.Tuner(trainable, tune_config=tune_config, run_config=run_config, param_space=param_space).fit()
+    tune.Tuner(trainable, tune_config=tune_config, run_config=run_config).fit()
     if records.lost is not None:  # trials.jsonl refused a record: stop here, in one line
         raise records.lost
 
 
-def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any, study_name: str, progress: Progress,
-            policy: Policy, verbose: bool, fresh: bool, sampler_seed: int) -> None:
-    records = Records(run_dir, progress)
-    searcher = ConstrainedOptunaSearch(
+def _searcher(config: Config, plan: ResourcePlan, records: Records, *, storage: Any, study_name: str,
+              policy: Policy, fresh: bool, sampler_seed: int) -> ConstrainedOptunaSearch:
+    """The study's searcher for ``config.budget.trials`` trials (multi-objective, constrained)."""
+    return ConstrainedOptunaSearch(
         partial(define_by_run, space=config.space, gpu_choices=plan.gpu_choices),
         points_to_evaluate=seed_points(config, plan.gpu_choices) if fresh else None,
         metric=config.metric_names,
@@ -64,38 +65,11 @@ def _search(config: Config, run_dir: RunDir, plan: ResourcePlan, *, storage: Any
         sampler=make_sampler(config.search.sampler, sampler_seed, config.budget.trials, probe_rule(config)),
         storage=storage, study_name=study_name, config=config, policy=policy, on_skip=records.free_skip,
     )
-    trainable = tune.with_resources(
-        tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(run_dir.path.resolve()),
-                             plan=plan,
-                             callables=registered()),
-        plan.for_trial,
-    )
-    callbacks: list[tune.Callback] = [records]
-    if any(n > 1 for n in plan.gpu_choices):
-        callbacks.append(GroupSweeper())
-    tune_config = tune.TuneConfig(search_alg=searcher, num_samples=config.budget.trials,
-                                  max_concurrent_trials=plan.concurrent, reuse_actors=True)
-    _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, EXPERIMENT)
-
-
-def _jobs(config: Config, run_dir: RunDir, plan: ResourcePlan, jobs: Sequence[Job], progress: Progress,
-          verbose: bool, kind: str) -> None:
-    specs = [job.spec() for job in jobs]
-    trainable = tune.with_resources(
-        tune.with_parameters(job_trainable, specs=specs, config_dict=config.to_dict(), callables=registered(),
-                             run_dir=str(run_dir.path.resolve()), plan=plan),
-        lambda spec: plan.for_trial(specs[spec["job"]]),
-    )
-    callbacks: list[tune.Callback] = [Records(run_dir, progress, specs)]
-    if any(job.params.num_gpus > 1 for job in jobs):
-        callbacks.append(GroupSweeper())
-    tune_config = tune.TuneConfig(num_samples=1, max_concurrent_trials=plan.concurrent, reuse_actors=True)
-    _tuner_run(trainable, run_dir, callbacks, tune_config, verbose, kind,
-               {"job": tune.grid_search(list(range(len(specs))))})
 
 
 class RayBackend:
-    """The Ray backend's two verbs (see ``pipeline.stages``), inside one Ray session."""
+    """The Ray backend (see ``pipeline.stages``) inside one Ray session: a whole search, its
+    later stages included, as one Tune experiment (``searcher.Staged``)."""
 
     def __init__(self, run_dir: RunDir, plan: ResourcePlan, *, storage: Any, study_name: str, progress: Progress,
                  policy: Policy, verbose: bool, fresh: bool, sampler_seed: int) -> None:
@@ -103,17 +77,30 @@ class RayBackend:
         self.progress, self.policy, self.verbose, self.fresh = progress, policy, verbose, fresh
         self.sampler_seed = sampler_seed
 
-    def run_trials(self, config: Config, trials: int) -> None:
-        """``trials`` trials proposed by the study's sampler, as Tune trials."""
-        searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": trials})})
-        _search(searching, self.run_dir, self.plan, storage=self.storage, study_name=self.study_name,
-                progress=self.progress, policy=self.policy, verbose=self.verbose, fresh=self.fresh,
-                sampler_seed=self.sampler_seed)
-
-    def run_jobs(self, config: Config, jobs: Sequence[Job], kind: JobKind) -> None:
-        """Planned jobs as one Tune experiment ("repeats" or "confirm")."""
-        _jobs(config, self.run_dir, self.plan, jobs, self.progress, self.verbose,
-              "confirm" if kind is JobKind.CONFIRM else "repeats")
+    def run(self, config: Config, trials: int, later: Later) -> None:
+        """``trials`` trials proposed by the study's sampler, then the stages ``later`` plans."""
+        records = Records(self.run_dir, self.progress)
+        first = None
+        if trials > 0:
+            searching = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": trials})})
+            first = _searcher(searching, self.plan, records, storage=self.storage, study_name=self.study_name,
+                              policy=self.policy, fresh=self.fresh, sampler_seed=self.sampler_seed)
+        staged = Staged(first, trials, later, self.run_dir)
+        plan = self.plan
+        trainable = tune.with_resources(
+            tune.with_parameters(ray_trainable, config_dict=config.to_dict(), run_dir=str(self.run_dir.path.resolve()),
+                                 plan=plan, callables=registered()),
+            plan.for_trial,
+        )
+        callbacks: list[tune.Callback] = [records]
+        baseline = config.baseline.num_gpus if config.baseline is not None else 1
+        if any(n > 1 for n in [*plan.gpu_choices, baseline]):
+            callbacks.append(GroupSweeper())
+        tune_config = tune.TuneConfig(search_alg=staged, num_samples=-1, max_concurrent_trials=plan.concurrent,
+                                      reuse_actors=True)
+        _tuner_run(trainable, self.run_dir, callbacks, tune_config, self.verbose)
+        if staged.error is not None:  # a stage could not be planned: raised here, not inside Tune
+            raise staged.error
 
 
 @contextmanager

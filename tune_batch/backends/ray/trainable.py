@@ -34,12 +34,6 @@ def report_payload(config: Config, result: TrialResult) -> dict[str, Any]:
     return payload
 
 
-def job_trainable(spec: dict[str, Any], *, specs: list[dict[str, Any]], config_dict: dict[str, Any], run_dir: str,
-                  plan: ResourcePlan, callables: dict[str, Any] | None = None) -> None:
-    """A planned job's Tune function: the job ``spec["job"]`` of ``specs``, measured as any trial."""
-    ray_trainable(specs[spec["job"]], config_dict=config_dict, run_dir=run_dir, plan=plan, callables=callables)
-
-
 def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
                 confirm_of: Any = None) -> tuple[TrialResult, bool]:
     from tune_batch.trial import run_trial

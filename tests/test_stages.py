@@ -1,0 +1,143 @@
+"""The stages after the search as a backend receives them: planned one at a time, each only once
+the one before it is recorded (``pipeline.stages.Planned``), and on Ray handed out by one
+searcher in one Tune experiment (``backends.ray.searcher.Staged``). The whole search on Ray is in
+test_search_ray (one experiment, its trial process reused from stage to stage)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray.tune.search import Searcher
+
+from tests.conftest import tiny_config
+from tune_batch.backends.ray.searcher import Staged
+from tune_batch.backends.signals import received
+from tune_batch.store.jobs import Job, JobKind
+from tune_batch.store.records import Params, Status, TrialResult
+from tune_batch.store.rundir import RunDir
+
+P = Params.of({"batch_size": 32, "lr": 0.01, "num_gpus": 1})
+
+
+class FirstSearcher:
+    """Stands in for the study's searcher: proposes trial numbers 0, 1, ... and notes what it hears."""
+
+    def __init__(self) -> None:
+        self.n, self.heard = 0, []
+
+    def suggest(self, trial_id: str) -> dict[str, Any]:
+        self.n += 1
+        return {**P.to_dict(), "trial_number": self.n - 1}
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.heard.append(("result", trial_id))
+
+    def on_trial_complete(self, trial_id: str, result: Any = None, error: bool = False) -> None:
+        self.heard.append(("complete", trial_id))
+
+
+def _run_dir(tmp_path: Path) -> RunDir:
+    run = RunDir(tmp_path / "r")
+    run.prepare(tiny_config())
+    return run
+
+
+def _record(run: RunDir, trial_id: object) -> None:
+    run.append(TrialResult(trial_id, P, Status.OK))
+
+
+def _jobs(*ids: str, kind: JobKind = JobKind.REPEAT) -> tuple[JobKind, list[Job]]:
+    return kind, [Job(i, kind, 0, P, 1) for i in ids]
+
+
+def test_a_stage_is_handed_out_only_once_everything_before_it_is_complete_and_recorded(tmp_path: Path) -> None:
+    run, first = _run_dir(tmp_path), FirstSearcher()
+    asked: list[int] = []
+    stages = [_jobs("0s1", "1s1"), _jobs("0c0", kind=JobKind.CONFIRM)]
+
+    def later():  # noqa: ANN202 (a generator; planned only when asked, as Planned is)
+        for stage in stages:
+            asked.append(len(run.records()[0]))
+            yield stage
+
+    s = Staged(first, 2, later(), run)
+    assert [s.suggest("a")["trial_number"], s.suggest("b")["trial_number"]] == [0, 1]
+    assert s.suggest("c") is None and not asked  # the search's trials are still running
+    s.on_trial_result("a", {"x": 1})
+    s.on_trial_complete("a")
+    _record(run, 0)
+    assert s.suggest("c") is None  # trial 1 is still running
+    s.on_trial_complete("b")
+    assert s.suggest("c") is None and not asked  # complete in Tune, but its record is not written yet
+    _record(run, 1)
+    # the repeats: planned once both trials were recorded, then handed out without waiting
+    assert s.suggest("c")["trial_number"] == "0s1" and asked == [2]
+    assert s.suggest("d")["trial_number"] == "1s1"
+    assert first.heard == [("result", "a"), ("complete", "a"), ("complete", "b")]  # its own trials only
+    s.on_trial_complete("c")
+    s.on_trial_complete("d")
+    _record(run, "0s1")
+    assert s.suggest("e") is None  # 1s1 is not recorded yet
+    _record(run, "1s1")
+    spec = s.suggest("e")
+    assert (spec["trial_number"], spec["confirm_of"], spec["seed"]) == ("0c0", 0, 1) and asked == [2, 4]
+    s.on_trial_complete("e")
+    _record(run, "0c0")
+    assert s.suggest("f") == Searcher.FINISHED and s.suggest("g") == Searcher.FINISHED
+    assert s.error is None and first.n == 2
+    s.save(str(tmp_path / "ckpt"))  # Tune's checkpoint of the searcher: nothing (a search resumes from its records)
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_without_trials_left_the_first_stage_is_planned_at_once(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    s = Staged(None, 0, iter([_jobs("0c0", kind=JobKind.CONFIRM)]), run)
+    assert s.suggest("a")["trial_number"] == "0c0"
+    s.on_trial_complete("a")
+    _record(run, "0c0")
+    assert s.suggest("b") == Searcher.FINISHED
+
+
+def test_an_error_while_planning_ends_the_experiment_and_is_kept_for_the_driver(tmp_path: Path) -> None:
+    def later():  # noqa: ANN202
+        raise ValueError("cannot plan")
+        yield  # a generator
+
+    s = Staged(None, 0, later(), _run_dir(tmp_path))
+    assert s.suggest("a") == Searcher.FINISHED
+    assert isinstance(s.error, ValueError) and str(s.error) == "cannot plan"
+    assert s.suggest("b") == Searcher.FINISHED
+
+
+def test_planned_stages_stop_at_a_signal_and_survive_pickling(tmp_path: Path) -> None:
+    import pickle
+
+    from tune_batch.backends.progress import Progress
+    from tune_batch.pipeline.stages import Planned
+
+    cfg = tiny_config(repeats={"seeds": 1, "candidates": 1})
+    run = _run_dir(tmp_path)
+    for i in range(cfg.budget.trials):
+        run.append(TrialResult(i, Params.of({"batch_size": 16 * (i + 1), "lr": 0.05, "num_gpus": 1}), Status.OK,
+                               metrics=_metrics(i)))
+    planned = pickle.loads(pickle.dumps(Planned(cfg, run, Progress(cfg, 4, quiet=True))))  # as Tune pickles it
+    received["signal"] = 2
+    try:
+        assert next(planned, None) is None  # stopped: nothing more is planned
+    finally:
+        received["signal"] = None
+    kind, jobs = next(Planned(cfg, run, Progress(cfg, 4, quiet=True)))
+    assert kind is JobKind.REPEAT and jobs and all(j.seed == 1 for j in jobs)
+
+
+def _metrics(i: int) -> Any:
+    from tune_batch.store.records import Metrics
+
+    return Metrics.from_dict({"samples_per_s": 1000.0 * (i + 1), "device_util": 0.5, "val_acc": 0.9 - 0.1 * i})
+
+
+@pytest.fixture(autouse=True)
+def _no_signal() -> None:
+    assert received["signal"] is None
