@@ -91,6 +91,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # a sixth, regression on val_mse (committed 2026-12-05 before it was measured; the default with
     # 2 confirmation candidates and the cheaper memory readings judged)
     "friedman_mlp": {"config": HELDOUT / "friedman_mlp.yaml", "length": 131072, "held_out": True},
+    # a seventh, recurrent (committed 2026-12-05 before it was measured; the default judged once its
+    # stages ran in one Tune experiment)
+    "gru_majority": {"config": HELDOUT / "gru_majority.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},

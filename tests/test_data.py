@@ -207,3 +207,28 @@ def test_the_regression_workload_standardises_its_target_and_scores_the_mean_at_
     loss = step(zero, next(iter(DataLoader(train, batch_size=32))), torch.device("cpu"))
     assert loss.requires_grad and float(loss) > 0
     assert chance_rate(val) is None
+
+
+def test_the_sequence_workload_labels_each_sequence_by_its_most_frequent_signal_token() -> None:
+    """gru_majority's data and model: integer token sequences whose label is the signal token
+    they hold most of, a GRU classifier over them, and a clear error for impossible classes."""
+    import torch
+
+    from tests.conftest import REPO
+    from tune_batch.config import load_config
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.workload.sequences import data, model
+
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "gru_majority.yaml"))
+    kw = {"rows": 512, "val_rows": 128, "length": 16, "vocab": 12, "classes": 3, "signal": 0.3, "seed": 2}
+    train, val = data(**kw)
+    x, y = train.tensors
+    assert x.shape == (512, 16) and x.dtype == torch.long and int(x.max()) < 12 and set(y.tolist()) == {0, 1, 2}
+    counts = torch.stack([(x == c).sum(1) for c in range(3)], 1)
+    best = counts.max(1).values
+    assert bool((counts[torch.arange(512), y] == best).all())  # the label holds the most (a tie: one of them)
+    assert bool((counts.argmax(1) == y).float().mean() > 0.8)
+    assert torch.equal(data(**kw)[0].tensors[0], x) and len(val) == 128  # seeded
+    assert model(num_classes=3, vocab=12, embed=8, hidden=16)(x[:5]).shape == (5, 3)
+    with pytest.raises(ValueError, match="classes = 13"):
+        data(vocab=12, classes=13)
