@@ -24,6 +24,34 @@ def test_flop_count_of_a_matmul_model_is_exact() -> None:
     assert per == pytest.approx(fwd + 2 * 768 * 4096 + 2 * 2 * 4096 * 10)
 
 
+def test_a_model_of_token_ids_is_measured_on_the_default_loop() -> None:
+    """A model whose input is integer token ids (an embedding first) trains as a trial on the
+    default loop, and its FLOPs are counted on integer inputs (random floats cannot index an
+    embedding: every trial of such a model failed before)."""
+    cfg = tiny_config(model={"name": "tune_batch.workload.sequences:model", "num_classes": 4,
+                             "kwargs": {"vocab": 12, "embed": 8, "hidden": 16}},
+                      data={"name": "tune_batch.workload.sequences:data", "resize": None, "val_samples": 128,
+                            "kwargs": {"rows": 512, "val_rows": 128, "length": 12, "vocab": 12, "classes": 4,
+                                       "signal": 0.3}},
+                      budget={"train_samples": 512})
+    res = run_trial(cfg, {"batch_size": 32, "lr": 0.01, "num_gpus": 1})
+    assert res.status == "ok", res.reason
+    assert res.info.model_flops_per_sample > 0 and res.metrics.mfu > 0 and res.metrics.val_acc is not None
+    gru = torch.nn.GRU(8, 16, batch_first=True)  # per step: 3 gates of input and hidden matmuls
+    one_step = 2 * 3 * (8 * 16 + 16 * 16)
+    assert model_flops_per_sample(torch.nn.Sequential(torch.nn.Embedding(12, 8), _Last(gru)), (12,), "cpu",
+                                  dtype=torch.long) >= 12 * one_step
+
+
+class _Last(torch.nn.Module):
+    def __init__(self, rnn: torch.nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rnn(x)[1][-1]
+
+
 @pytest.mark.serial
 def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
     # peak fixed in the config, so both sides divide by the same number

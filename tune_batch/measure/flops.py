@@ -47,13 +47,20 @@ class Peak:
     source: str  # "datasheet: ..." | "measured: ..." | "config"
 
 
-def model_flops_per_sample(model: Any, sample_shape: tuple[int, ...], device: Any, batch: int = 2) -> float:
-    """FLOPs of one training sample (forward + backward), counted on a batch of ``batch``."""
+def model_flops_per_sample(model: Any, sample_shape: tuple[int, ...], device: Any, batch: int = 2,
+                           dtype: Any = None) -> float:
+    """FLOPs of one training sample (forward + backward), counted on a batch of ``batch`` inputs
+    of the sample's shape and dtype: random values for floating point, zeros for integers (token
+    ids: index 0 exists in any embedding)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     was_training = model.training
-    x = torch.randn(batch, *sample_shape, device=device)
+    dtype = dtype or torch.get_default_dtype()
+    if dtype.is_floating_point or dtype.is_complex:
+        x = torch.randn(batch, *sample_shape, device=device, dtype=dtype)
+    else:
+        x = torch.zeros(batch, *sample_shape, device=device, dtype=dtype)
     counter = FlopCounterMode(display=False)
     try:
         with counter:

@@ -43,12 +43,13 @@ def _step_flops(config: Config, extra: dict[str, Any] | None, batch: Any) -> flo
 
 
 def _flops_per_sample(config: Config, extra: dict[str, Any] | None, sample_shape: tuple[int, ...],
-                      batch: Any = None) -> tuple[float, bool]:
-    """Model FLOPs per sample (forward + backward), counted once per model and input shape, and
-    whether the model has convolutions. With ``train.step``, counted through it on ``batch``."""
+                      batch: Any = None, dtype: torch.dtype | None = None) -> tuple[float, bool]:
+    """Model FLOPs per sample (forward + backward), counted once per model and input shape and
+    dtype, and whether the model has convolutions. With ``train.step``, counted through it on ``batch``."""
     from tune_batch.measure.flops import model_flops_per_sample
 
-    key = (config.model.model_dump_json(), sample_shape, repr(sorted((extra or {}).items())), config.train.step)
+    key = (config.model.model_dump_json(), sample_shape, dtype, repr(sorted((extra or {}).items())),
+           config.train.step)
     if key not in _FLOPS_CACHE and config.train.step is not None:
         model = build_model(config.model, extra)
         _FLOPS_CACHE[key] = (_step_flops(config, extra, batch),
@@ -57,19 +58,21 @@ def _flops_per_sample(config: Config, extra: dict[str, Any] | None, sample_shape
         model = build_model(config.model, extra)
         has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
         try:  # on the meta device nothing is computed or allocated
-            counted = model_flops_per_sample(model.to("meta"), sample_shape, "meta")
+            counted = model_flops_per_sample(model.to("meta"), sample_shape, "meta", dtype=dtype)
         except Exception:  # some ops have no meta kernel: count on the CPU instead
-            counted = model_flops_per_sample(build_model(config.model, extra), sample_shape, "cpu")
+            counted = model_flops_per_sample(build_model(config.model, extra), sample_shape, "cpu", dtype=dtype)
         _FLOPS_CACHE[key] = (counted, has_conv)
     return _FLOPS_CACHE[key]
 
 
 def mfu(config: Config, extra: dict[str, Any] | None, sample_shape: tuple[int, ...], device: torch.device,
-        threads: int, world: int, samples_per_s: float, run_dir: Path | None, batch: Any = None) -> Mfu:
-    """Model FLOPs per sample x samples_per_s / (the peak of ``world`` devices)."""
+        threads: int, world: int, samples_per_s: float, run_dir: Path | None, batch: Any = None,
+        sample_dtype: torch.dtype | None = None) -> Mfu:
+    """Model FLOPs per sample x samples_per_s / (the peak of ``world`` devices); the model's input
+    is of ``sample_shape`` and ``sample_dtype`` (token ids: an integer dtype)."""
     from tune_batch.measure.flops import resolve_peak
 
-    per_sample, has_conv = _flops_per_sample(config, extra, sample_shape, batch)
+    per_sample, has_conv = _flops_per_sample(config, extra, sample_shape, batch, sample_dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu x{threads} threads"
     # the peak of the precision the trial computed in (tf32: the flags are on while this runs)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.train.precision, torch.get_default_dtype())

@@ -68,6 +68,7 @@ class _Trained:
     first_step_s: float | None = None
     flops_batch: Any = None  # two real samples, to count the FLOPs of a user's train.step
     worst: WorstCase | None = None  # the largest batch and a validation batch (data.worst_case)
+    sample_dtype: torch.dtype | None = None  # of the model's input (token ids: an integer dtype)
 
 
 def _peak(window: Window, step_peak: int | None, mem: PeakRss | None) -> tuple[float, str | None]:
@@ -112,7 +113,8 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
         worst = probe(config, stepper, model, ds, batch, cap.bytes)  # last: the model it steps is measured no more
     return _Trained(window, peak, method, val_acc, scores, chance, final_loss, short, prof_s, gns, ds.description,
                     _sample_shape(ds.train[0]), accumulation, stepper.first_step_s,
-                    next(iter(batches.loader(ds.train, 2))) if config.train.step else None, worst)
+                    next(iter(batches.loader(ds.train, 2))) if config.train.step else None, worst,
+                    _sample_dtype(ds.train[0]))
 
 
 def _combine(t: _Trained, util: float | None,
@@ -173,7 +175,7 @@ def _record(config: Config, params: Params, plan: StepPlan, placement: Placement
     sps, step_s = samples / window_s, window_s / steps
     threads = torch.get_num_threads()
     mfu = derive.mfu(config, extra, t.sample_shape, device, threads, world, sps,
-                     trace_dir.parent.parent if trace_dir is not None else None, t.flops_batch)
+                     trace_dir.parent.parent if trace_dir is not None else None, t.flops_batch, t.sample_dtype)
     wait_frac = min(1.0, wait_s / window_s)
     verdict = derive.bottleneck(wait_frac, util, step_s, device.type, config.data.num_workers)
     energy = telemetry.get("energy_j") if device.type == "cuda" else None
@@ -220,10 +222,20 @@ def memory_info(t: _Trained, cap: MemoryCap) -> dict[str, Any]:
             "worst_case_s": w.seconds if w is not None else None}
 
 
+def _first_input(sample: Any) -> Any:
+    """The model's input in one sample: its first item (a tuple or list), its first value (a dict), or itself."""
+    return (sample[0] if isinstance(sample, list | tuple)
+            else next(iter(sample.values())) if isinstance(sample, dict) else sample)
+
+
 def _sample_shape(sample: Any) -> tuple[int, ...]:
-    first = (sample[0] if isinstance(sample, list | tuple)
-             else next(iter(sample.values())) if isinstance(sample, dict) else sample)
+    first = _first_input(sample)
     return tuple(first.shape) if isinstance(first, torch.Tensor) else ()
+
+
+def _sample_dtype(sample: Any) -> torch.dtype | None:
+    first = _first_input(sample)
+    return first.dtype if isinstance(first, torch.Tensor) else None
 
 
 def accumulations(config: Config, per_worker: int, world: int) -> list[int]:
