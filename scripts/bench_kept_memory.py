@@ -68,6 +68,12 @@ def split(rows: list[dict], wall: float) -> dict[str, float]:
     return out
 
 
+def keep(into: dict[str, list], values: dict[str, object]) -> None:
+    """Each of ``values`` appended to its list in ``into`` (one search's figures, per way)."""
+    for k, v in values.items():
+        into.setdefault(k, []).append(v)
+
+
 def searches(config: str, repeats: int, grid_s: float | None) -> int:
     """Whole searches from the command line, frozen and whole-heap readings interleaved."""
     ways = {"frozen": "1", "whole": "0"}
@@ -88,12 +94,7 @@ def searches(config: str, repeats: int, grid_s: float | None) -> int:
                 confirm = parts["candidates"] + parts["baseline"]
                 rec = json.loads(Path(f"{tmp}/run/pareto.json").read_text()).get("recommended") or {}
                 pick = rec.get("params")
-            o = out[way]
-            o["wall"].append(wall)
-            o["confirm"].append(confirm)
-            o["pick"].append(pick)
-            for k, v in parts.items():
-                o.setdefault(k, []).append(v)
+            keep(out[way], {"wall": wall, "confirm": confirm, "pick": pick, **parts})
             print(f"  [{i + 1}/{repeats}] {way}: search wall {wall:.1f} s, confirmation runs {confirm:.1f} s "
                   f"({', '.join(f'{k} {v:.1f}' for k, v in parts.items())}), recommended {pick}", flush=True)
     for way, o in out.items():

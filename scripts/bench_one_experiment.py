@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_kept_memory import PARTS, split, spread  # noqa: E402
+from bench_kept_memory import PARTS, keep, split, spread  # noqa: E402
 
 
 def worktree(rev: str, where: str) -> Path:
@@ -95,12 +95,7 @@ def _compare(trees: dict[str, Path], config: Path, repeats: int, grid_s: float |
             parts = split(rows, wall)
             procs = len({(r["info"].get("host"), r["info"].get("pid")) for r in rows if r["info"].get("pid")})
             pick = (pareto.get("recommended") or {}).get("params")
-            o = out[way]
-            o["wall"].append(wall)
-            o["procs"].append(procs)
-            o["pick"].append(pick)
-            for k, v in parts.items():
-                o.setdefault(k, []).append(v)
+            keep(out[way], {"wall": wall, "procs": procs, "pick": pick, **parts})
             shares = ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
             print(f"  [{i + 1}/{repeats}] {way}: wall {wall:.1f} s ({shares}); "
                   f"{len(rows)} runs in {procs} process(es); Tune experiments {experiments}; recommended {pick}",

@@ -21,3 +21,22 @@ def test_a_search_wall_is_split_into_trials_repeats_confirmation_baseline_and_th
     assert parts["baseline"] == 6.0 and parts["baseline_training"] == 4.0
     assert parts["rest"] == pytest.approx(30.0 - 22.5)
     assert set(parts) == set(bench.PARTS)
+
+
+def test_a_searchs_figures_are_kept_per_way_and_an_earlier_commit_runs_from_its_own_tree(tmp_path) -> None:
+    """bench_one_experiment's other side: a worktree of a commit, from which tune_batch imports
+    (not from this checkout or an installed copy)."""
+    import subprocess
+
+    with script("bench_kept_memory") as bench:
+        out: dict[str, list] = {"wall": []}
+        bench.keep(out, {"wall": 1.0, "trials": 2.0})
+        bench.keep(out, {"wall": 3.0, "trials": 4.0})
+        assert out == {"wall": [1.0, 3.0], "trials": [2.0, 4.0]}
+    with script("bench_one_experiment") as one:
+        tree = one.worktree("HEAD", str(tmp_path))
+        try:
+            one.check_tree(tree)
+            assert (tree / "tune_batch" / "__init__.py").exists()
+        finally:
+            subprocess.run(["git", "-C", str(one.REPO), "worktree", "remove", "--force", str(tree)], check=True)
