@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import optuna
 
 from tune_batch.analysis.objectives import utilization_warning
-from tune_batch.backends import Later, in_turn
+from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import graceful, received
 from tune_batch.config import Config, SpaceConfig
@@ -184,7 +184,11 @@ class LocalBackend:
             run_jobs(config, self.run_dir, jobs, self.progress)
 
     def run(self, config: Config, trials: int, later: Later) -> None:
-        in_turn(self, config, trials, later)
+        """The search's ``trials`` (if any), then each later stage's jobs, in turn."""
+        if trials > 0:
+            self.run_trials(config, trials)
+        for kind, jobs in later:
+            self.run_jobs(config, jobs, kind)
 
 
 @contextmanager

@@ -7,7 +7,7 @@ missing); a backend only runs what it is handed, through one verb:
   ``later`` plans (``Planned``: planned jobs, ``store.jobs.Job``, repeats or confirmation runs),
   one after the other. A stage is planned only once the one before it is recorded. The Ray
   backend runs all of them in one Tune experiment (one start, its trial processes reused); the
-  in-process one runs them in turn (``in_turn``).
+  in-process one runs them in turn.
 """
 
 from __future__ import annotations

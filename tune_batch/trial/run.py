@@ -111,10 +111,10 @@ def _train(config: Config, params: Params, plan: StepPlan, placement: Placement,
                            config.budget.gns_batches)
                if validate and placement.rank == 0 else None)
         worst = probe(config, stepper, model, ds, batch, cap.bytes)  # last: the model it steps is measured no more
+    shape, dtype = _input_spec(ds.train[0])
     return _Trained(window, peak, method, val_acc, scores, chance, final_loss, short, prof_s, gns, ds.description,
-                    _sample_shape(ds.train[0]), accumulation, stepper.first_step_s,
-                    next(iter(batches.loader(ds.train, 2))) if config.train.step else None, worst,
-                    _sample_dtype(ds.train[0]))
+                    shape, accumulation, stepper.first_step_s,
+                    next(iter(batches.loader(ds.train, 2))) if config.train.step else None, worst, dtype)
 
 
 def _combine(t: _Trained, util: float | None,
@@ -222,20 +222,12 @@ def memory_info(t: _Trained, cap: MemoryCap) -> dict[str, Any]:
             "worst_case_s": w.seconds if w is not None else None}
 
 
-def _first_input(sample: Any) -> Any:
-    """The model's input in one sample: its first item (a tuple or list), its first value (a dict), or itself."""
-    return (sample[0] if isinstance(sample, list | tuple)
-            else next(iter(sample.values())) if isinstance(sample, dict) else sample)
-
-
-def _sample_shape(sample: Any) -> tuple[int, ...]:
-    first = _first_input(sample)
-    return tuple(first.shape) if isinstance(first, torch.Tensor) else ()
-
-
-def _sample_dtype(sample: Any) -> torch.dtype | None:
-    first = _first_input(sample)
-    return first.dtype if isinstance(first, torch.Tensor) else None
+def _input_spec(sample: Any) -> tuple[tuple[int, ...], torch.dtype | None]:
+    """Shape and dtype of the model's input in one sample: its first item (a tuple or list), its
+    first value (a dict), or itself; ``((), None)`` when that is no tensor."""
+    first = (sample[0] if isinstance(sample, list | tuple)
+             else next(iter(sample.values())) if isinstance(sample, dict) else sample)
+    return (tuple(first.shape), first.dtype) if isinstance(first, torch.Tensor) else ((), None)
 
 
 def accumulations(config: Config, per_worker: int, world: int) -> list[int]:

@@ -113,7 +113,9 @@ class Staged(Searcher):
             if isinstance(spec, dict):
                 self.trials -= 1
                 self.of_first.add(trial_id)
-            return spec if spec != Searcher.FINISHED else None
+            if spec != Searcher.FINISHED:
+                return spec
+            self.trials = 0  # it has no more: the later stages follow
         if self.queue:
             return self.queue.pop(0)
         if self.live or not self.awaited <= {r.trial_id for r in self.run_dir.records()[0]}:
