@@ -94,6 +94,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # a seventh, recurrent (committed 2026-12-05 before it was measured; the default judged once its
     # stages ran in one Tune experiment)
     "gru_majority": {"config": HELDOUT / "gru_majority.yaml", "length": 65536, "held_out": True},
+    # an eighth, 1-D convolutions on time series (committed 2026-12-05 before it was measured and
+    # before the confirmation's next rule was written: that rule is judged on it)
+    "waves_conv1d": {"config": HELDOUT / "waves_conv1d.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},

@@ -232,3 +232,29 @@ def test_the_sequence_workload_labels_each_sequence_by_its_most_frequent_signal_
     assert model(num_classes=3, vocab=12, embed=8, hidden=16)(x[:5]).shape == (5, 3)
     with pytest.raises(ValueError, match="classes = 13"):
         data(vocab=12, classes=13)
+
+
+def test_the_waveform_workload_draws_each_shape_with_its_own_frequency_phase_and_amplitude() -> None:
+    """waves_conv1d's data and model: one-channel waveforms labelled by their shape, seeded, the
+    noiseless shapes distinct (a square wave takes two values, a sawtooth rises between its
+    jumps), a 1-D CNN over them, and a clear error for a window too short."""
+    import torch
+
+    from tests.conftest import REPO
+    from tune_batch.config import load_config
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.workload.waves import SHAPES, data, model
+
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "waves_conv1d.yaml"))
+    train, val = data(rows=600, val_rows=60, length=64, noise=0.0, seed=3)
+    x, y = train.tensors
+    assert x.shape == (600, 1, 64) and x.dtype == torch.float32 and set(y.tolist()) == set(range(len(SHAPES)))
+    square = x[y == SHAPES.index("square"), 0]
+    assert bool(((square.abs() - square.abs()[:, :1]).abs() < 1e-5).all())  # +-amplitude only
+    saw = x[y == SHAPES.index("sawtooth"), 0]
+    assert float((saw.diff(dim=1) > 0).float().mean()) > 0.9  # rising but at its jumps
+    assert len({round(float(a), 3) for a in square.abs()[:, 0]}) > 10  # amplitudes of their own
+    assert torch.equal(data(rows=600, val_rows=60, length=64, noise=0.0, seed=3)[0].tensors[0], x) and len(val) == 60
+    assert model()(x[:5]).shape == (5, len(SHAPES))
+    with pytest.raises(ValueError, match="length = 8"):
+        data(length=8)
