@@ -125,7 +125,11 @@ def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> No
     # validation and the best any run reached, and each candidate that reached it says when
     conf = json.loads((tmp_path / "run" / "pareto.json").read_text())["confirmation"]
     assert conf["target_metric"] == "val_loss" and conf["target_direction"] == "minimize"
-    assert len(runs) == 2 and all(r["status"] == "ok" and r["metrics"]["val_loss"] > 0 for r in runs)
+    # two candidates, and the second look's replacement of one that did not reach the target
+    ids = {c["trial_id"] for c in conf["candidates"]}
+    assert len(runs) == 2 + len(conf["replaced"]) and all(
+        {x["trial_id"], x["replaced_by"]} <= ids for x in conf["replaced"]), conf["replaced"]
+    assert all(r["status"] == "ok" and r["metrics"]["val_loss"] > 0 for r in runs)
     firsts = [r["info"]["curve"][0][2] for r in runs]
     best = min(c[2] for r in runs for c in r["info"]["curve"])
     assert best < conf["target"] < max(firsts)

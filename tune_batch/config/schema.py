@@ -220,9 +220,10 @@ class ConfirmConfig(_Section):
     """Default target: this x that reference for val_acc; for another metric, this share of the
     way from its first validation to it. Default: 0.99 of the level, 0.95 of the best reached."""
     escalations: int = Field(2, ge=0, le=4)
-    """When the short trials and the confirmation runs both learned nothing: at most this many
-    more rounds, each 4x longer than the last, over the better half of its configs (successive
-    halving), until one learns (0: none). Not with a goal length: that run is the answer."""
+    """When the short trials and the confirmation runs learned nothing: at most this many more rounds, each
+    4x longer, over the better half of the last (successive halving) until one learns (0: none; no goal length)."""
+    replace_unreached: bool = True
+    """A candidate that missed the target is replaced once by the next (docs/decision.md, a second look)."""
 
     @model_validator(mode="after")
     def _length(self) -> ConfirmConfig:

@@ -165,6 +165,7 @@ class Confirmation:
     at_length: bool = False  # goal: a run length and no target: the best metric at that length decides
     own_run: bool = False  # the user said how long their run is (goal.train_samples / goal.epochs)
     rung: int = 1  # the escalation round its runs come from (1: no escalation)
+    replaced: dict[Any, Any] = field(default_factory=dict)  # trial id that did not reach -> its replacement's
 
     @property
     def best(self) -> Candidate | None:
@@ -250,16 +251,16 @@ class Confirmation:
         return out
 
     def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
-        return {"prediction": predictions(self, others), "target_metric": self.metric,
+        return {"prediction": predictions(self, others), "target_metric": self.metric, "target_how": self.target_how,
                 "target_direction": "maximize" if self.maximize else "minimize", "target": self.target,
-                "target_how": self.target_how,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
                 "length_from": "goal" if self.own_run else "confirm",
                 "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
                                                         if self.best_by(devices=True) else None),
-                "gpu_counts": self.gpu_counts(),
+                "gpu_counts": self.gpu_counts(), "replaced": [{"trial_id": k, "replaced_by": v}
+                                                             for k, v in self.replaced.items()],
                 "candidates": [c.to_dict(self.metric) for c in self.candidates],
                 "failed_runs": [{"trial_id": r.trial_id, "status": r.status.value, "reason": r.reason}
                                 for r in self.failed]}

@@ -17,6 +17,7 @@ from tune_batch.analysis.report import Report, build_report, latest_per_trial, w
 from tune_batch.config import Config
 from tune_batch.decide.baseline import compare
 from tune_batch.decide.confirm import BASELINE, confirm, last_round, samples_factor, search_noise_scale
+from tune_batch.decide.confirm import jobs as confirm_jobs
 from tune_batch.decide.repeats import candidates
 from tune_batch.store.records import TrialResult
 
@@ -77,6 +78,50 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
         near_top = [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
         first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
     return _every_gpu_count(_distinct([*first, *rest]), n)
+
+
+def replacements(config: Config, records: Sequence[TrialResult]) -> dict[object, TrialResult]:
+    """A second look (``confirm.replace_unreached``): {trial id of a first-round candidate whose
+    runs did not reach the target: the config that replaces it}, the next in the confirmation's
+    order (of its GPU count where there is one), trained as long. Without it, a search that
+    confirms two configs and sees one never reach the target recommends the other by default,
+    however slow: the choice was among one. Planned from the first round's records only (the
+    replacements' own runs never change which they are: a resumed search plans the same). Empty
+    when every candidate reached it, when the target is unknown (nothing learned: escalation's
+    case), when no config is left, after escalation rounds (they chose among the configs that
+    learned), and with a goal length and no goal target (nothing has to be reached there)."""
+    c = config.confirm
+    goal = config.goal
+    if config.confirm_metric is None or not c.replace_unreached or c.candidates <= 0:
+        return {}
+    if goal is not None and goal.length_given and goal.target is None:
+        return {}
+    latest = latest_per_trial(records)
+    short = [r for r in latest if r.info.confirm_of is None]
+    runs = [r for r in latest if r.info.confirm_of not in (None, BASELINE)]
+    if any((r.info.rung or 1) > 1 for r in runs):
+        return {}
+    base = build_report(config, short)
+    first = confirm_candidates(base)
+    first_ids = {t.trial_id for t in first}
+    if not first or confirm_jobs(config, first, {r.trial_id for r in records}):
+        return {}  # no first round, or it is not complete yet
+    conf = confirm(config, first, [r for r in runs if r.info.confirm_of in first_ids], short)
+    if conf is None or conf.target is None:
+        return {}  # nothing finished, or nothing was learned (escalation's case)
+    reached = {x.trial.trial_id for x in conf.candidates if x.time_to_target_s is not None}
+    order = confirm_candidates(base, len(base.points))
+    order += [p.trial for p in base.points.values() if p.trial not in order]
+    rest = [t for t in order if t.trial_id not in first_ids]
+    out: dict[object, TrialResult] = {}
+    for t in first:  # a candidate whose runs all failed did not reach it either
+        if t.trial_id in reached or not rest:
+            continue
+        same = [r for r in rest if r.params.num_gpus == t.params.num_gpus]
+        pick = (same or rest)[0]
+        rest.remove(pick)
+        out[t.trial_id] = pick
+    return out
 
 
 def spread(trials: Sequence[TrialResult], n: int) -> list[TrialResult]:
@@ -166,6 +211,10 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     order = confirm_candidates(report, len(report.points))
     order += [p.trial for p in report.points.values() if p.trial not in order]
     conf = confirm(config, order, runs, short)
+    if conf is not None:  # the second look's replacements that have runs
+        ran = {r.info.confirm_of for r in runs}
+        conf = dataclasses.replace(conf, replaced={k: v.trial_id for k, v in replacements(config, latest).items()
+                                                   if v.trial_id in ran})
     report = dataclasses.replace(report, confirmation=conf, confirm_runs=[*runs, *base_runs])
     if conf is None or base_prefer is not None:
         return report

@@ -172,12 +172,9 @@ def _memory_lines(conf: Confirmation, x: Candidate) -> list[str]:
     return out
 
 
-def confirm_lines(conf: Confirmation) -> list[str]:
-    """The confirmation in the summary's words: per candidate its time to target (or that it
-    never reached it), then the ranks' agreement."""
-    goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
-            else f"target {conf.target_how}")
-    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
+def _how_lines(conf: Confirmation) -> list[str]:
+    """What the confirmation's length answers, and its rounds: escalated, a second look, a goal."""
+    out = []
     if not conf.own_run and conf.target is not None:
         out.append(f"  this answers a run of {conf.train_samples:.0f} samples; for yours, give its length as "
                    f"goal.train_samples (or goal.epochs): the learning rate soonest to an early target is often too "
@@ -185,9 +182,22 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     if conf.rung > 1:
         out.append(f"  escalated: nothing was learned at shorter lengths; round {conf.rung} trained the better half of "
                    f"the round before 4x longer (confirm.escalations)")
+    for gone, by in conf.replaced.items():
+        out.append(f"  second look: trial {gone}'s runs did not reach the target; trial {by} was confirmed in its "
+                   f"place (confirm.replace_unreached)")
     if conf.at_length:
         out.append(f"  goal: the best {conf.metric} after the run's {conf.train_samples:.0f} samples decides (final "
                    f"value, mean over the runs)")
+    return out
+
+
+def confirm_lines(conf: Confirmation) -> list[str]:
+    """The confirmation in the summary's words: per candidate its time to target (or that it
+    never reached it), then the ranks' agreement."""
+    goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
+            else f"target {conf.target_how}")
+    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
+    out += _how_lines(conf)
     for x in conf.candidates:
         p = x.trial.params
         spread = ""

@@ -24,7 +24,7 @@ from tune_batch.config import Config
 from tune_batch.decide.baseline import params_of as baseline_params
 from tune_batch.decide.confirm import jobs as confirm_jobs
 from tune_batch.decide.escalate import escalations
-from tune_batch.decide.recommend import confirm_candidates
+from tune_batch.decide.recommend import confirm_candidates, replacements
 from tune_batch.decide.repeats import jobs as repeat_jobs
 from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import TrialResult, budget_used
@@ -71,12 +71,24 @@ def escalations_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
     return escalations(config, records)
 
 
+def replacements_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
+    """The runs of the candidates that replace those that did not reach the target
+    (``decide.recommend.replacements``), once the confirmation (and any escalation) is recorded."""
+    if budget_used(_searched(records)) < config.budget.trials or repeats_of(config, records):
+        return []
+    if confirms_of(config, records) or escalations(config, records):
+        return []
+    picks = replacements(config, records)  # each confirm.seeds runs, as long as the first round's; no baseline
+    return confirm_jobs(config, list(picks.values()), {r.trial_id for r in records}) if picks else []
+
+
 #: The stages after the search, in order: what plans each, and how progress announces it.
 #: Escalation rounds are planned again after each round, until none is left.
 AFTER_SEARCH: tuple[tuple[JobKind, Callable[[Config, Sequence[TrialResult]], list[Job]]], ...] = (
     (JobKind.REPEAT, repeats_of),
     (JobKind.CONFIRM, confirms_of),
     (JobKind.CONFIRM, escalations_of),
+    (JobKind.CONFIRM, replacements_of),
 )
 
 
@@ -111,6 +123,9 @@ class Planned:
             if plan is escalations_of:
                 progress.say(f"escalating: nothing learned yet; {len(jobs)} run(s) of {jobs[0].samples} samples "
                              f"(round {jobs[0].rung} of at most {config.confirm.escalations + 1})")
+            if plan is replacements_of:
+                progress.say(f"second look: {len(jobs)} run(s) of the next candidate(s), in place of those that did "
+                             f"not reach the target (confirm.replace_unreached)")
             (progress.repeating if kind is JobKind.REPEAT else progress.confirming)(len(jobs))
             return kind, jobs
         raise StopIteration  # done, or stopped: what is recorded stays, the rest runs on resume
