@@ -215,6 +215,29 @@ def test_nothing_learned_is_said_and_not_recommended() -> None:
     assert decide(cfg, [*recs, _rec(2, 500, 0.5)]).learned
 
 
+
+def test_an_accurate_config_off_the_front_counts_as_learned() -> None:
+    # a waves_conv1d search's short trials (6 classes, chance 0.178): two noisy configs measured
+    # with three seeds widen val_acc's pooled noise so much that fast configs near chance dominate
+    # the accurate, slower ones; the front is all near chance, yet batch 16 read 0.74 on 3 seeds
+    cfg = tiny_config(objectives=OBJ)
+    sps = {16: 4000, 32: 6500, 64: 9000, 128: 10900, 256: 11600, 512: 11400}
+    rows = [(0, 64, 0.528), (1, 16, 0.625), (2, 32, 0.325), (3, 32, 0.704), (4, 32, 0.674), (5, 512, 0.172),
+            (6, 512, 0.25), (7, 128, 0.389), (8, 256, 0.219), (9, 64, 0.417), (10, 16, 0.735), (11, 512, 0.207)]
+    recs = [_rec(i, sps[b], acc, b=b, lr=1e-3 * (i + 1), chance_acc=0.178) for i, b, acc in rows]
+    for tid, seed, acc in [(0, 5, 0.208), (0, 6, 0.482), (8, 5, 0.375), (8, 6, 0.417), (10, 5, 0.74), (10, 6, 0.752)]:
+        b = dict((i, b) for i, b, _ in rows)[tid]
+        recs.append(_rec(f"{tid}s{seed}", sps[b], acc, b=b, lr=1e-3 * (tid + 1), chance_acc=0.178, repeat_of=tid,
+                         seed=seed))
+    report = decide(cfg, recs)
+    assert 10 not in [t.trial_id for t in report.front]  # the case: off the front
+    assert max(report.points[t.trial_id].mean["val_acc"] for t in report.front) < 0.4
+    assert report.learned and report.recommended is not None
+    assert "nothing was learned" not in render_summary(report)
+    # so confirmation takes the most accurate config, not three spread over the learning rates
+    assert 10 in [t.trial_id for t in confirm_candidates(report, 2)]
+
+
 def test_a_confirmation_run_trains_at_length_records_its_curve_and_stops_when_told() -> None:
     cfg = tiny_config(confirm={"train_samples": 2048, "evaluations": 4})
     r = confirm_run(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, trial_id="0c0", confirm_of=0)
