@@ -14,7 +14,7 @@ from tune_batch.config import Config
 from tune_batch.decide.baseline import params_of as baseline_params
 from tune_batch.decide.confirm import BASELINE, confirm
 from tune_batch.decide.confirm import jobs as confirm_jobs
-from tune_batch.decide.recommend import confirm_candidates
+from tune_batch.decide.recommend import confirm_order
 from tune_batch.store.jobs import Job
 from tune_batch.store.records import TrialResult
 
@@ -36,8 +36,7 @@ def escalations(config: Config, records: Sequence[TrialResult]) -> list[Job]:
     if base.learned:  # the short trials learned: confirmation decides as planned
         return []
     runs = [r for r in latest if r.info.confirm_of not in (None, BASELINE)]
-    order = confirm_candidates(base, len(base.points))
-    order += [p.trial for p in base.points.values() if p.trial not in order]
+    order = confirm_order(base)
     done = {r.trial_id for r in records}
     rung = 1
     while rung <= c.escalations:

@@ -80,6 +80,14 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     return _every_gpu_count(_distinct([*first, *rest]), n)
 
 
+def confirm_order(report: Report) -> list[TrialResult]:
+    """Every measured config in the order confirmation would take them: ``confirm_candidates``
+    over all of them, then any it leaves out. The order the decision reads runs in, escalation
+    halves and the second look takes its next candidate from."""
+    order = confirm_candidates(report, len(report.points))
+    return order + [p.trial for p in report.points.values() if p.trial not in order]
+
+
 def replacements(config: Config, records: Sequence[TrialResult]) -> dict[object, TrialResult]:
     """A second look (``confirm.replace_unreached``): {trial id of a first-round candidate whose
     runs did not reach the target: the config that replaces it}, the next in the confirmation's
@@ -92,7 +100,7 @@ def replacements(config: Config, records: Sequence[TrialResult]) -> dict[object,
     learned), and with a goal length and no goal target (nothing has to be reached there)."""
     c = config.confirm
     goal = config.goal
-    if config.confirm_metric is None or not c.replace_unreached or c.candidates <= 0:
+    if config.confirm_metric is None or not c.replace_unreached:
         return {}
     if goal is not None and goal.length_given and goal.target is None:
         return {}
@@ -110,9 +118,7 @@ def replacements(config: Config, records: Sequence[TrialResult]) -> dict[object,
     if conf is None or conf.target is None:
         return {}  # nothing finished, or nothing was learned (escalation's case)
     reached = {x.trial.trial_id for x in conf.candidates if x.time_to_target_s is not None}
-    order = confirm_candidates(base, len(base.points))
-    order += [p.trial for p in base.points.values() if p.trial not in order]
-    rest = [t for t in order if t.trial_id not in first_ids]
+    rest = [t for t in confirm_order(base) if t.trial_id not in first_ids]
     out: dict[object, TrialResult] = {}
     for t in first:  # a candidate whose runs all failed did not reach it either
         if t.trial_id in reached or not rest:
@@ -208,9 +214,7 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     runs = [r for r in runs if r.info.confirm_of != BASELINE]
     # every config with runs, in the order the short budget ranks them (a finished run read with
     # another confirm.candidates still shows what was confirmed)
-    order = confirm_candidates(report, len(report.points))
-    order += [p.trial for p in report.points.values() if p.trial not in order]
-    conf = confirm(config, order, runs, short)
+    conf = confirm(config, confirm_order(report), runs, short)
     if conf is not None:  # the second look's replacements that have runs
         ran = {r.info.confirm_of for r in runs}
         conf = dataclasses.replace(conf, replaced={k: v.trial_id for k, v in replacements(config, latest).items()
