@@ -666,3 +666,25 @@ def test_a_payback_is_claimed_only_for_a_speedup_beyond_the_runs_noise() -> None
     clear = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.20, None, 2.40, 294.0, 264)
     assert "paid back after 264 run(s) to the target" in clear.line("val_acc")
     assert clear.to_dict()["payback_established"] is True
+
+
+def test_a_baseline_that_misses_the_target_by_less_than_the_noise_is_not_shown_slower() -> None:
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 16, "lr": 0.01})
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.88, b=16)]
+    runs = [_rec(f"0c{s}", 1000, 0.93, b=64, confirm_of=0, seed=s,
+                 curve=_curve([0.5, 0.91, 0.92 + 0.01 * s, 0.93 + 0.01 * s])) for s in (0, 1)]
+    runs += [_rec(f"1c{s}", 600, 0.9, b=16, confirm_of=1, seed=s,
+                  curve=_curve([0.4, 0.8, 0.89 + 0.04 * s, 0.91 + 0.04 * s], step_s=1.5)) for s in (0, 1)]
+
+    def baseline(top: float) -> list[TrialResult]:  # levels top and top + 0.01: never at 0.9
+        return [_rec(f"baseline-c{s}", 600, top, b=16, confirm_of="baseline", seed=s, train_s=8.0,
+                     curve=_curve([0.3, 0.6, top - 0.005 + 0.01 * s, top + 0.01 * s], step_s=2.0)) for s in (0, 1)]
+
+    near = decide(cfg, short + runs + baseline(0.885)).baseline
+    assert near.time_to_target_s is None and near.speedup_at_least is not None
+    assert near.level_within_noise is True and near.level < near.recommended_level
+    assert "not established" in near.line("val_acc") and near.to_dict()["level_within_noise"] is True
+    far = decide(cfg, short + runs + baseline(0.6)).baseline
+    assert far.level_within_noise is False and "not established" not in far.line("val_acc")
+    assert "at least" in far.line("val_acc") and "at least" in near.line("val_acc")

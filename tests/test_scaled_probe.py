@@ -5,6 +5,7 @@ config so far would, then the model's picks. Trials here are looked up from a kn
 from __future__ import annotations
 
 import math
+import pickle
 
 import optuna
 import pytest
@@ -186,3 +187,9 @@ def test_a_search_over_gpu_counts_runs_to_its_budget(name: str, seed: int) -> No
     assert len(ran) == 14
     assert any(t.user_attrs["status"] == "skipped" for t in study.get_trials())
     assert {t.params["num_gpus"] for t in ran if t.user_attrs["status"] == "ok"} == {1, 2}
+    # Tune pickles the searcher that holds the sampler (Optuna 5.1's NSGA-II held an unpicklable
+    # lock); once loaded again it goes on proposing
+    again = pickle.loads(pickle.dumps(study.sampler))
+    study.sampler = again
+    optimize(study, Objective(cfg, runner=_two_workers_faster, free_skips=True), 2)
+    assert len([t for t in study.get_trials() if not t.user_attrs.get("free_skip")]) == 16

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tune_batch.analysis.noise import pooled_sd, t95
 from tune_batch.config import Config
 from tune_batch.decide.confirm import BASELINE, Candidate, Confirmation, reach_times
+from tune_batch.decide.target import level
 from tune_batch.store.records import Params, Status, TrialResult
 
 __all__ = ["BASELINE", "Baseline", "compare", "params_of"]
@@ -41,6 +43,11 @@ class Baseline:
     recommended_s: float | None  # the recommendation's time to target
     search_wall_s: float | None  # the whole search, start-up included (every invocation)
     payback_runs: int | None  # runs to the target after which the time saved exceeds the search's
+    # where it never reached the target: its level (the mean over its runs of each one's last quarter
+    # of validations) against the recommendation's, and whether the gap is inside the runs' noise
+    level: float | None = None
+    recommended_level: float | None = None
+    level_within_noise: bool | None = None  # None: not read (it reached the target, or no spread measured)
 
     def to_dict(self) -> dict[str, Any]:
         return {"params": self.params.to_dict(), "time_to_target_s": self.time_to_target_s,
@@ -48,7 +55,9 @@ class Baseline:
                 "runs": [r.trial_id for r in self.runs], "speedup": self.speedup, "speedup_ci": self.speedup_ci,
                 "speedup_at_least": self.speedup_at_least, "recommended_time_to_target_s": self.recommended_s,
                 "search_wall_s": self.search_wall_s, "payback_runs": self.payback_runs,
-                "payback_established": self.payback_runs is not None and self.beyond_noise}
+                "payback_established": self.payback_runs is not None and self.beyond_noise,
+                "level": self.level, "recommended_level": self.recommended_level,
+                "level_within_noise": self.level_within_noise}
 
     @property
     def beyond_noise(self) -> bool:
@@ -74,9 +83,14 @@ class Baseline:
                     f"({self.recommended_s:.2f} s vs {self.time_to_target_s:.2f} s of training){cost}"
                     f"{pay if self.search_wall_s is not None else ''}")
         if self.speedup_at_least is not None:
+            chance = ""
+            if self.level_within_noise:  # a miss by less than the noise says little about being slower
+                chance = (f" (not established: the baseline levelled off at {self.level:.4g}, within the runs' noise "
+                          f"of the recommendation's {self.recommended_level:.4g}; it may reach the target in "
+                          f"other runs)")
             return (f"recommendation vs {name}: the baseline never reached the {metric} target in "
                     f"{len(self.runs)} run(s) (best {self.best_value:.4g}); the recommendation reached it in "
-                    f"{self.recommended_s:.2f} s, at least {self.speedup_at_least:.2f}x sooner{cost}")
+                    f"{self.recommended_s:.2f} s, at least {self.speedup_at_least:.2f}x sooner{chance}{cost}")
         return f"recommendation vs {name}: no comparison (no recommendation reached the target){cost}"
 
 
@@ -109,5 +123,28 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
             payback = math.ceil(search_wall_s / saved)
     elif rec_s and ok:
         at_least = statistics.median(r.info.train_s or 0.0 for r in ok) / rec_s
+        return Baseline(params, tuple(runs), mine, len(hits), best_value, None, None, at_least, rec_s, search_wall_s,
+                        None, *_levels(conf, best, ok))
     return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
                     payback)
+
+
+def _run_levels(runs: Sequence[TrialResult]) -> list[float]:
+    return [v for v in (level(r.info.curve or []) for r in runs) if math.isfinite(v)]
+
+
+def _levels(conf: Confirmation, best: Candidate | None, ok: Sequence[TrialResult]
+            ) -> tuple[float | None, float | None, bool | None]:
+    """(the baseline's level, the recommendation's, whether the baseline's shortfall is inside the
+    noise): the gap of the two mean levels against its 95 % interval, from the spread of the run
+    levels pooled over every confirmed config and the baseline (one config's own two runs give too
+    wide an interval). A baseline that missed the target by less than that is not shown slower."""
+    mine, theirs = _run_levels(ok), _run_levels(best.runs) if best is not None else []
+    if not mine or not theirs:
+        return None, None, None
+    a, b = statistics.fmean(mine), statistics.fmean(theirs)
+    sd, df = pooled_sd([*(_run_levels(c.runs) for c in conf.candidates), mine])
+    if sd is None:
+        return a, b, None
+    short = (b - a) if conf.maximize else (a - b)  # how far the baseline ended behind, in the metric's direction
+    return a, b, short <= t95(df) * sd * math.sqrt(1 / len(mine) + 1 / len(theirs))

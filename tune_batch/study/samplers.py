@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import zlib
 from typing import Any
 
@@ -283,6 +284,22 @@ class SpaceSafeGP(optuna.samplers.GPSampler):
         return super().sample_relative(study, trial, search_space)
 
 
+class PicklableNSGAII(optuna.samplers.NSGAIISampler):
+    """NSGA-II that pickles: Optuna 5.1's genetic samplers hold a thread lock (``_thread_lock``),
+    and Tune pickles the searcher that holds the sampler (``Tuner`` writes its state at start), so
+    ``search.sampler: nsga2`` on Ray failed with "cannot pickle '_thread.lock' object". The lock
+    is left out of the pickle and a new one made on loading."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_thread_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._thread_lock = threading.Lock()
+
+
 def make_sampler(name: str, seed: int, n_trials: int, probe: str | None = None) -> Any:
     """An Optuna sampler for a multi-objective, constrained study.
 
@@ -303,7 +320,7 @@ def make_sampler(name: str, seed: int, n_trials: int, probe: str | None = None) 
             raise ValueError(f"probe = {probe!r}: allowed: linear, sqrt, None")
         return ScaledProbe(started, 1.0 if probe == "linear" else 0.5)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(50, n_trials // 3)))
+        return PicklableNSGAII(seed=seed, population_size=max(4, min(50, n_trials // 3)))
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     raise ValueError(f"search.sampler = {name!r}: allowed: tpe, nsga2, gp, random")
