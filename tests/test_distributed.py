@@ -181,12 +181,18 @@ def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> N
     # one-worker: of the 3 random start-up trials only one is drawn (a two-worker group takes 8-20 s
     # to start here); the model then proposes 3 trials over the whole space
     study.enqueue_trial({"batch_size": 64, "lr": 0.05, "num_gpus": 1})
+    study.enqueue_trial({"batch_size": 64, "lr": 0.05, "num_gpus": 1})  # measured already: not trained again
     search(cfg, tmp_path / "run", storage_url=storage, study_name="mixed", quiet=True)
     recs = _records(tmp_path / "run")
     counted = [r for r in recs if not r["info"].get("free_skip") and r["info"].get("confirm_of") is None]
     assert len(counted) == 6
-    skipped = [r for r in recs if r["status"] == "skipped"]
+    skipped = [r for r in recs if r["status"] == "skipped" and not r["reason"].startswith("duplicate:")]
     assert skipped and all("min_batch_per_gpu" in r["reason"] for r in skipped)
+    (dup,) = [r for r in recs if (r["reason"] or "").startswith("duplicate:")]
+    assert dup["info"]["free_skip"] and dup["params"] == {"batch_size": 64, "lr": 0.05, "num_gpus": 1}
+    told = {t.number: t for t in optuna.load_study(study_name="mixed", storage=storage).trials}
+    first = next(r for r in counted if r["params"] == dup["params"])
+    assert told[dup["trial_id"]].values == told[first["trial_id"]].values  # told as the trial it repeats
     ok_gpus = {r["params"]["num_gpus"] for r in recs if r["status"] == "ok"}
     assert ok_gpus == {1, 2}, [(r["params"], r["status"], r["reason"]) for r in recs]
     assert all(r["status"] in ("ok", "skipped", "diverged") for r in recs), [r["reason"] for r in recs]

@@ -193,3 +193,29 @@ def test_a_search_over_gpu_counts_runs_to_its_budget(name: str, seed: int) -> No
     study.sampler = again
     optimize(study, Objective(cfg, runner=_two_workers_faster, free_skips=True), 2)
     assert len([t for t in study.get_trials() if not t.user_attrs.get("free_skip")]) == 16
+
+
+@pytest.mark.parametrize("name", ["nsga2", "gp"])
+def test_a_proposal_of_measured_params_is_not_trained_again(name: str) -> None:
+    """Every search trial trains with search.seed, so a proposal of params already measured would
+    measure the same thing again (NSGA-II's crossover on a small population re-proposes parents;
+    4 of a quickstart search's 12 trials were copies): it is skipped, uses no trial of the
+    budget, and the sampler is told the earlier result, feasible."""
+    cfg = tiny_config(space={"batch_size": [16, 32, 64, 128], "lr": {"low": 0.001, "high": 0.2}})
+    study = optuna.create_study(directions=cfg.directions, sampler=make_sampler(name, 0, 12, probe_rule(cfg)))
+    study.enqueue_trial({"batch_size": 32, "lr": 0.01, "num_gpus": 1})
+    study.enqueue_trial({"batch_size": 32, "lr": 0.01, "num_gpus": 1})  # the same again: a duplicate for sure
+    objective = Objective(cfg, runner=_ridge, free_skips=True)
+    optimize(study, objective, 12)
+    counted = [r for r in objective.records if r.counted]
+    assert len(counted) == 12
+    keys = [(r.params.batch_size, r.params.lr) for r in counted if r.status is Status.OK]
+    assert len(keys) == len(set(keys))  # no config trained twice
+    dups = [r for r in objective.records if (r.reason or "").startswith("duplicate:")]
+    assert dups and all(r.status is Status.SKIPPED and r.info.free_skip for r in dups)
+    assert dups[0].trial_id == 1 and "trial 0 measured these params" in dups[0].reason
+    by_number = {t.number: t for t in study.get_trials()}
+    for r in dups:  # told as the trial it repeats, feasible
+        t = by_number[r.trial_id]
+        same = next(x for x in counted if (x.params.batch_size, x.params.lr) == (r.params.batch_size, r.params.lr))
+        assert t.values == by_number[same.trial_id].values and t.system_attrs["constraints"] == [0.0, 0.0, 0.0]

@@ -58,8 +58,10 @@ def constraints(result: TrialResult) -> dict[str, float]:
     """Constraint values: ``memory`` > 0 for oom and memory-skipped trials, ``space`` > 0 for
     combinations that break the batch rules, ``diverged`` > 0 for a non-finite loss (so the
     sampler learns the learning-rate boundary as it learns the memory boundary); 0 (feasible)
-    otherwise."""
+    otherwise, and for a proposal skipped as a duplicate of a measured trial."""
     status, reason = result.status, result.reason or ""
+    if status is Status.SKIPPED and reason.startswith("duplicate:"):  # told as the trial it repeats: feasible
+        return {"memory": 0.0, "space": 0.0, "diverged": 0.0}
     space_bad = status is Status.SKIPPED and reason.startswith("space:")
     diverged = status is Status.DIVERGED or (status is Status.SKIPPED and reason.startswith("diverged:"))
     memory_bad = status is Status.OOM or (status is Status.SKIPPED and not space_bad and not diverged)

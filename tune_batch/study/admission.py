@@ -1,13 +1,17 @@
 """Policy: which proposed configs are run, decided before any measurement.
 
 A config that breaks the batch rules, or that the memory feasibility model says cannot fit,
-is recorded as ``skipped`` (infeasible, zero compute) without training. Measurement
+is recorded as ``skipped`` (infeasible, zero compute) without training; so is a proposal of
+params a search trial already measured (``duplicate:``; every search trial trains with
+``search.seed``, so it would measure the same thing again), which the sampler is told the earlier
+result of. Measurement
 (``trial``) never decides this; the backends ask :meth:`Policy.skip` first. The policy also
 keeps what a result is told to the sampler as (:meth:`Policy.told`: throughput per step).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Iterable
@@ -103,6 +107,15 @@ class DivergenceModel:
 FREE_SKIPS_IN_A_ROW = 20
 
 
+#: The reason's start of a proposal that repeats a measured search trial's params.
+DUPLICATE = "duplicate:"
+
+
+def params_key(params: Params) -> str:
+    """What makes two proposals the same run: every param, the user's extras included."""
+    return json.dumps(params.to_dict(), sort_keys=True, default=str)
+
+
 class Policy:
     """The run-or-skip decision of one search: the batch rules of the space, then the memory
     feasibility model and the divergence model (when ``resources.feasibility_model`` is on),
@@ -116,11 +129,14 @@ class Policy:
         self.divergence = DivergenceModel() if config.resources.feasibility_model else None
         self._skips_in_a_row = 0
         self.steps = StepMeans()
+        self._measured: dict[str, TrialResult] = {}  # params key -> the first ok search trial of them
         for result in seen:
             self.observe(result)
 
     def observe(self, result: TrialResult) -> None:
         self.steps.observe(result)
+        if result.status is Status.OK and result.counted:
+            self._measured.setdefault(params_key(result.params), result)
         if self.feasibility is not None:
             self.feasibility.observe(result)
         if self.divergence is not None:
@@ -128,8 +144,15 @@ class Policy:
 
     def told(self, result: TrialResult) -> TrialResult:
         """``result`` as the sampler is told it (observe it first): its samples/s and other
-        step-work objectives are its step's mean over the results seen (points.StepMeans)."""
+        step-work objectives are its step's mean over the results seen (points.StepMeans); a
+        ``duplicate:`` skip is told as the trial it repeats."""
+        if result.status is Status.SKIPPED and (result.reason or "").startswith(DUPLICATE):
+            result = self._measured.get(params_key(result.params), result)
         return self.steps.told(result)
+
+    def duplicate_of(self, params: Params) -> TrialResult | None:
+        """The ok search trial that already measured ``params``, or None."""
+        return self._measured.get(params_key(params))
 
     def skip_reason(self, params: Params) -> str | None:
         """Why ``params`` are not to be run, or None. Batch-rule reasons start with "space:",
@@ -140,6 +163,10 @@ class Policy:
         short = self.config.budget.steps_short(params.batch_size)
         if short:  # such a trial could only fail
             return f"space: {short} (raise budget.train_samples)"
+        same = self.duplicate_of(params)
+        if same is not None:
+            return (f"{DUPLICATE} trial {same.trial_id} measured these params with the same seed; the sampler is "
+                    f"told its result")
         why = self.feasibility.skip_reason(params) if self.feasibility is not None else None
         return why or (self.divergence.skip_reason(params) if self.divergence is not None else None)
 

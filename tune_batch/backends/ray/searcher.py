@@ -55,7 +55,7 @@ class ConstrainedOptunaSearch(OptunaSearch):
                 return spec
             ot_trial = self._ot_trials.pop(trial_id)
             self.policy.observe(rec)
-            seam.tell(self._ot_study, ot_trial, self.tb_config, rec)
+            seam.tell(self._ot_study, ot_trial, self.tb_config, rec, told=self.policy.told(rec))
             self.on_skip(rec)  # type: ignore[misc]
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
