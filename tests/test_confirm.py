@@ -688,3 +688,21 @@ def test_a_baseline_that_misses_the_target_by_less_than_the_noise_is_not_shown_s
     far = decide(cfg, short + runs + baseline(0.6)).baseline
     assert far.level_within_noise is False and "not established" not in far.line("val_acc")
     assert "at least" in far.line("val_acc") and "at least" in near.line("val_acc")
+
+
+def test_scaling_efficiency_uses_one_worker_runs_measured_after_the_group() -> None:
+    def rec(tid, b, gpus, sps, acc, **info):
+        return TrialResult.from_record({
+            "trial_id": tid, "params": {"batch_size": b, "lr": 0.01, "num_gpus": gpus}, "status": "ok",
+            "metrics": {"samples_per_s": sps, "val_acc": acc, "peak_mem_bytes": 2**20}, "info": {"seed": 0, **info}})
+
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9})
+    # the two-worker trial ran first: its record has no scaling_efficiency (no one-worker batch 32 yet)
+    short = [rec(0, 64, 2, 3000.0, 0.92), rec(1, 32, 1, 3600.0, 0.91), rec(2, 32, 1, 3400.0, 0.90)]
+    assert short[0].metrics.scaling_efficiency is None
+    runs = [rec(f"{t}c0", b, g, 1.0, 0.95, confirm_of=t, curve=_curve([0.5, 0.95]))
+            for t, b, g in ((0, 64, 2), (1, 32, 1))]
+    counts = decide(cfg, short + runs).confirmation.gpu_counts()
+    assert [g["num_gpus"] for g in counts] == [1, 2]
+    assert counts[1]["scaling_efficiency"] == pytest.approx(3000.0 / (2 * 3600.0))  # against the best one-worker
+    assert counts[1]["scaling_efficiency_trials"] == 1

@@ -219,3 +219,22 @@ def points(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
                 ci[m] = runs[0].metrics.samples_per_s_ci
         out.append(Point(runs[0], tuple(runs), mean, ci, len(same_step)))
     return out
+
+
+def one_worker_sps(records: Sequence[TrialResult]) -> dict[int, float]:
+    """Per batch size, the best samples/s an ``ok`` one-worker run of ``records`` reached."""
+    out: dict[int, float] = {}
+    for r in records:
+        sps = r.metrics.samples_per_s
+        if r.status is Status.OK and r.params.num_gpus == 1 and sps is not None:
+            out[r.params.batch_size] = max(out.get(r.params.batch_size, 0.0), sps)
+    return out
+
+
+def scaling_efficiency(rec: TrialResult, one: dict[int, float]) -> float | None:
+    """sps(n) / (n x sps(1)) of an ``ok`` run of n > 1 workers, against ``one`` (one_worker_sps)
+    at its per-worker batch; None where that was not measured."""
+    n, sps, base = rec.params.num_gpus, rec.metrics.samples_per_s, one.get(rec.params.per_worker_batch)
+    if rec.status is not Status.OK or n < 2 or sps is None or not base:
+        return None
+    return sps / (n * base)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
-from tune_batch.analysis.points import StepMeans
+from tune_batch.analysis.points import StepMeans, one_worker_sps, scaling_efficiency
 from tune_batch.config import Config
 from tune_batch.decide.target import default_target, level
 from tune_batch.store.jobs import Job, JobKind
@@ -235,13 +235,15 @@ class Confirmation:
         """Per GPU count confirmed: its soonest candidate to the target (wall and device-seconds)
         and the scaling efficiency its search trials measured (samples/s per device relative to
         one worker at the same per-worker batch; 1 for one worker)."""
-        out = []
+        out, one = [], one_worker_sps(self.short_runs)
         for n in sorted({c.trial.params.num_gpus for c in self.candidates}):
             mine = [c for c in self.candidates if c.trial.params.num_gpus == n]
             reached = [c for c in mine if c.time_to_target_s is not None]
             fastest = min(reached, key=lambda c: c.time_to_target_s or 0.0, default=None)
-            effs = [r.metrics.scaling_efficiency for r in self.short_runs
-                    if r.params.num_gpus == n and r.status is Status.OK and r.metrics.scaling_efficiency is not None]
+            # from every one-worker run of the search: a trial written before the one-worker run of
+            # its per-worker batch has no scaling_efficiency of its own
+            effs = [e for e in (scaling_efficiency(r, one) for r in self.short_runs if r.params.num_gpus == n)
+                    if e is not None]
             out.append({"num_gpus": n, "candidates": len(mine), "reached": len(reached),
                         "trial_id": fastest.trial.trial_id if fastest else None,
                         "time_to_target_s": fastest.time_to_target_s if fastest else None,

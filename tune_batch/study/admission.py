@@ -165,8 +165,7 @@ class Policy:
             return f"space: {short} (raise budget.train_samples)"
         same = self.duplicate_of(params)
         if same is not None:
-            return (f"{DUPLICATE} trial {same.trial_id} measured these params with the same seed; the sampler is "
-                    f"told its result")
+            return f"{DUPLICATE} trial {same.trial_id} measured these params with the same seed"  # told its result
         why = self.feasibility.skip_reason(params) if self.feasibility is not None else None
         return why or (self.divergence.skip_reason(params) if self.divergence is not None else None)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from ray import tune
 
+from tune_batch.analysis.points import one_worker_sps, scaling_efficiency
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.ray.trainable import CONTROL_KEYS
 from tune_batch.errors import RecordNotWritten, TuneBatchError
@@ -96,17 +97,12 @@ class Records(tune.Callback):
             self._learn(rec)
 
     def _learn(self, rec: TrialResult) -> None:
-        sps = rec.metrics.samples_per_s
-        if rec.status is Status.OK and rec.params.num_gpus == 1 and sps is not None:
-            b = rec.params.batch_size
+        for b, sps in one_worker_sps([rec]).items():
             self._one_worker_sps[b] = max(self._one_worker_sps.get(b, 0.0), sps)
 
     def _scaling(self, rec: TrialResult) -> TrialResult:
-        n, sps = rec.params.num_gpus, rec.metrics.samples_per_s
-        one = self._one_worker_sps.get(rec.params.per_worker_batch)
-        if rec.status is Status.OK and n > 1 and sps is not None and one:
-            return rec.replace(metrics=rec.metrics.with_(scaling_efficiency=sps / (n * one)))
-        return rec
+        eff = scaling_efficiency(rec, self._one_worker_sps)
+        return rec if eff is None else rec.replace(metrics=rec.metrics.with_(scaling_efficiency=eff))
 
     def _write(self, rec: TrialResult) -> None:
         self._learn(rec)
