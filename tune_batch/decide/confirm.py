@@ -1,10 +1,8 @@
 """Confirmation at length: the front's most promising configs trained again for longer, with
 validation along the way, and what their curves say: time to the target accuracy, the ranks of
 the short and the long budget, and their agreement (its text is ``output.text.confirm_lines``).
-
-Planning (which configs, with which seeds) is decided from the report, never by measurement;
-the runs are ``trial.curve.confirm_run`` on either backend.
-"""
+Which configs, with which seeds, is planned from the report, never by measurement; the runs
+are ``trial.curve.confirm_run`` on either backend."""
 
 from __future__ import annotations
 
@@ -240,8 +238,7 @@ class Confirmation:
             mine = [c for c in self.candidates if c.trial.params.num_gpus == n]
             reached = [c for c in mine if c.time_to_target_s is not None]
             fastest = min(reached, key=lambda c: c.time_to_target_s or 0.0, default=None)
-            # from every one-worker run of the search: a trial written before the one-worker run of
-            # its per-worker batch has no scaling_efficiency of its own
+            # against every one-worker run (a group trial written before them has no field of its own)
             effs = [e for e in (scaling_efficiency(r, one) for r in self.short_runs if r.params.num_gpus == n)
                     if e is not None]
             out.append({"num_gpus": n, "candidates": len(mine), "reached": len(reached),
