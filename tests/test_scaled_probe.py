@@ -219,3 +219,7 @@ def test_a_proposal_of_measured_params_is_not_trained_again(name: str) -> None:
         t = by_number[r.trial_id]
         same = next(x for x in counted if (x.params.batch_size, x.params.lr) == (r.params.batch_size, r.params.lr))
         assert t.values == by_number[same.trial_id].values and t.system_attrs["constraints"] == [0.0, 0.0, 0.0]
+    from tune_batch.decide.recommend import decide
+    from tune_batch.output.text import render_summary
+
+    assert f"{len(dups)} repeating a measured trial's params" in render_summary(decide(cfg, objective.records))

@@ -119,7 +119,9 @@ def render_summary(report: Report) -> str:
     total = sum(c.values())
     # skips the sampler was asked again after: recorded and told to Optuna, no trial of the budget
     free = sum(1 for r in report.records if r.info.free_skip)
-    note = {Status.SKIPPED: f" ({free} of them used no trial of budget.trials)"} if free else {}
+    dups = sum(1 for r in report.records if r.status is Status.SKIPPED and (r.reason or "").startswith("duplicate:"))
+    also = f", {dups} repeating a measured trial's params" if dups else ""
+    note = {Status.SKIPPED: f" ({free} of them used no trial of budget.trials{also})"} if free else {}
     parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}{note.get(s, '')}" for s in Status if c.get(s.value)]
     hv = f", hypervolume {report.hypervolume:.3f}" if report.front and report.hypervolume == report.hypervolume else ""
     lines = [report.baseline.line(report.confirmation.metric)] if report.baseline is not None else []
