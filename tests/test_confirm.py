@@ -247,6 +247,9 @@ def test_a_confirmation_run_trains_at_length_records_its_curve_and_stops_when_to
     assert all(b[1] > a[1] for a, b in zip(curve, curve[1:]))  # training seconds grow
     assert curve[-1][2] > 0.5 > r.info.chance_acc  # digits is learnt in 2048 samples
     assert r.info.confirm_of == 0 and r.metrics.val_acc == curve[-1][2]
+    # where it started: the untrained model, validated before the first step (outside the training
+    # seconds), about chance on 10 classes
+    assert 0.0 <= r.info.start_value < 0.3 and r.info.start_value < curve[0][2]
     # told when to stop (until=), the same run ends at the first validation that says so, with
     # the whole run's curve up to there
     target = curve[1][2]  # the second validation's value: reached there at the latest

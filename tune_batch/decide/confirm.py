@@ -138,9 +138,9 @@ class Candidate:
                 "samples_to_target": self.samples_to_target, "reached_target": f"{self.reached} of {len(self.runs)}",
                 f"best_{metric}": self.best_acc, f"final_{metric}": self.final_acc,
                 "runs": [r.trial_id for r in self.runs],
-                "curves": [{"seed": r.info.seed, "samples": [c[0] for c in r.info.curve or []],
-                            "train_s": [c[1] for c in r.info.curve or []],
-                            metric: [c[2] for c in r.info.curve or []]} for r in self.runs]}
+                "curves": [{"seed": r.info.seed, "start": r.info.start_value, "samples": [c[0] for c in cv],
+                            "train_s": [c[1] for c in cv], metric: [c[2] for c in cv]}
+                           for r in self.runs for cv in [r.info.curve or []]]}
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,7 @@ class TrialInfo(_Flat):
     rung: int | None = None  # a confirmation run's escalation round (2, 3, ...: 4x longer each); None: the first
     free_skip: bool | None = None  # a skipped proposal the sampler was asked again for: not part of budget.trials
     curve: list[list[float]] | None = None  # confirmation: [samples, train seconds, val_acc, loss] per validation
+    start_value: float | None = None  # confirmation: its metric before the first step (the untrained model)
     chance_acc: float | None = None  # the majority-class share of the validation set
     # the training loop
     loop: str | None = None  # train.loop: tune_batch's own, or the user's trainer (lightning, transformers, keras)

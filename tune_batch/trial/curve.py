@@ -80,6 +80,7 @@ class _Run:
     the data's description, the noise scale at the end, its memory and its worst case."""
 
     curve: list[list[float]]
+    start: float  # the metric before the first step (nan on ranks that do not validate)
     chance: float | None
     steps: int
     data: str
@@ -108,6 +109,11 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
     curve: list[list[float]] = []
     train_s, done = 0.0, 0
     evals = eval_steps(total, config.confirm.evaluations)
+    # where the run starts from, outside train_s: the untrained model's value (what "the way from
+    # the start to the level" of a loss can be measured from, whatever the validations' spacing)
+    rng = torch.get_rng_state()  # iterating a loader draws a seed: the run's randomness stays as without it
+    start_value = _validate(config, model, ds.val, device, params.batch_size // placement.world) if lead else math.nan
+    torch.set_rng_state(rng)
     for i, at in enumerate(evals):
         t, before = time.perf_counter(), done
         while done < at:
@@ -128,7 +134,7 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
            if lead else None)
     worst = probe(config, stepper, model, ds, params.batch_size // placement.world, cap.bytes)
     memory = watch.result(worst.eval_bytes if worst is not None else None)
-    return _Run(curve, chance_rate(ds.val), done, ds.description, gns, memory, worst)
+    return _Run(curve, start_value, chance_rate(ds.val), done, ds.description, gns, memory, worst)
 
 
 def _memory_record(run: _Run, cap: MemoryCap, world: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -223,7 +229,8 @@ def confirm_measure(config: Config, params: Params, placement: Placement = Place
                       grad_noise_scale=gns, goodput=sps * eff if sps is not None and eff is not None else None,
                       **mem_metrics)
     info = base.with_(device=device_name(device, torch.get_num_threads()), data=run.data, curve=run.curve,
-                      chance_acc=run.chance, steps=run.steps, train_samples_done=int(samples), train_s=train_s,
+                      start_value=run.start if math.isfinite(run.start) else None, chance_acc=run.chance,
+                      steps=run.steps, train_samples_done=int(samples), train_s=train_s,
                       final_loss=loss, world_size=world, per_worker_batch=p.batch_size // world,
                       precision=config.train.precision, optimizer=config.optimizer.name,
                       accumulation_steps=accumulation,
