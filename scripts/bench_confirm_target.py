@@ -42,6 +42,16 @@ one lucky validation, which a 2-run median rarely reaches at 0.99 or 1.0):
   from the runs' spread pooled over the candidates) the one whose runs took the least time; at 4
   and 8 trials.
 
+Rule added 2026-12-05, for losses, before it was replayed on any grid (written after the
+tiny_lm quickstart showed a val_loss target within 0.001 of the level: the first validation, at
+1/16 of a 32768-sample run, had already fallen from 4.16 untrained to 1.39 of a 1.31 level):
+- ``level_start``: the level rule whose loss target starts from the untrained model's value (a
+  confirmation run's ``info.start_value``, here computed per batch size and seed by one such
+  run: the untrained model depends on the seed alone) instead of the first validation, whose
+  place depends on the run's length and its validations; for val_acc the same as ``level``.
+  At 8 trials, fractions 0.98 and 0.99. Replayed on lm_markov and friedman_mlp, the two loss
+  workloads measured (held out for the rules before, so development evidence for this one).
+
 Usage: python scripts/bench_confirm_target.py --workload quickstart --grid DIR/quickstart_grid.jsonl
 Ends with: RESULT workload=... sets=... then per rule ``f<fraction>_l<trials>_median=`` (median
 regret), ``_p90=`` and ``_miss=`` (share of sets whose pick never reaches the yardstick on the
@@ -74,7 +84,10 @@ LOWER_LR_WITHIN = 1.25
 # candidate's level, "at_length": no target, the goal's best-at-length rule (fraction unused)
 RULES = ([("best", f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in FRACTIONS] + [("best", 0.95, 4, LOWER_LR_WITHIN)]
          + [("level", f, n, 1.0) for n in LENGTHS_IN_TRIALS for f in LEVEL_FRACTIONS]
-         + [("at_length", 1.0, n, 1.0) for n in LENGTHS_IN_TRIALS])
+         + [("at_length", 1.0, n, 1.0) for n in LENGTHS_IN_TRIALS]
+         + [("level_start", f, 8, 1.0) for f in (0.98, 0.99)])
+#: (batch size, seed) -> the untrained model's value of the metric (``untrained``; losses only)
+STARTS: dict[tuple[int, int], float] = {}
 EARLIER = ("best", 0.95, 4, 1.0)  # tune_batch's default until 2026-12-05
 DEFAULT = ("level", 0.99, 8, 1.0)  # its default since, chosen on this replay
 
@@ -83,12 +96,14 @@ def cut(curve: list, samples: float) -> list:
     return [c for c in curve if c[0] <= samples + 0.5]
 
 
-def _toward(ref: float, curves: dict, fraction: float, direction: str) -> float | None:
+def _toward(ref: float, curves: dict, fraction: float, direction: str,
+            starts: list[float] | None = None) -> float | None:
     """``fraction`` x ``ref`` (maximize); for a loss, that fraction of the way from the first
-    validation (median over the runs) to ``ref`` (None when ``ref`` is no better than it)."""
+    validation (median over the runs), or from ``starts`` (the runs' untrained values) where
+    given, to ``ref`` (None when ``ref`` is no better than it)."""
     if direction == "maximize":
         return fraction * ref
-    start = statistics.median([cv[0][2] for cs in curves.values() for cv in cs if cv])
+    start = statistics.median(starts or [cv[0][2] for cs in curves.values() for cv in cs if cv])
     return start + fraction * (ref - start) if ref < start else None
 
 
@@ -100,14 +115,15 @@ def own_target(curves: dict, fraction: float, direction: str) -> float | None:
     return _toward(max(values) if direction == "maximize" else min(values), curves, fraction, direction)
 
 
-def level_target(curves: dict, fraction: float, direction: str) -> float | None:
+def level_target(curves: dict, fraction: float, direction: str,
+                 starts: list[float] | None = None) -> float | None:
     """The ``level`` rule's target: ``fraction`` x the best candidate's level (its runs' median of
-    ``tune_batch.decide.target.level``, the product's)."""
+    ``tune_batch.decide.target.level``, the product's); ``starts``: the level_start rule's."""
     levels = [statistics.median([level(cv) for cv in cs]) for cs in curves.values() if all(cs)]
     levels = [x for x in levels if x == x]
     if not levels:
         return None
-    return _toward(max(levels) if direction == "maximize" else min(levels), curves, fraction, direction)
+    return _toward(max(levels) if direction == "maximize" else min(levels), curves, fraction, direction, starts)
 
 
 def at_length(curves: dict, direction: str) -> list:
@@ -139,7 +155,11 @@ def choose(points: tuple, runs: dict, seeds: tuple, samples: float, fraction: fl
     curves = {p: [cut(runs[p][s], samples) for s in seeds] for p in points}
     if kind == "at_length":
         return at_length(curves, direction)
-    target = (level_target if kind == "level" else own_target)(curves, fraction, direction)
+    if kind == "level_start":
+        starts = [STARTS[(p[0], sd)] for p in points for sd in seeds if (p[0], sd) in STARTS]
+        target = level_target(curves, fraction, direction, starts if direction == "minimize" else None)
+    else:
+        target = (level_target if kind == "level" else own_target)(curves, fraction, direction)
     if target is None:
         return []
     times = {p: statistics.median([bh.ttt(cv, target, direction) for cv in curves[p]]) for p in points}
@@ -195,6 +215,24 @@ def study(workload: str, rows: list[dict], k: int, trial_samples: float) -> tupl
     return stick, {r: (regrets[r], misses[r]) for r in RULES}, sets, helds
 
 
+def untrained(workload: str, rows: list[dict]) -> dict[tuple[int, int], float]:
+    """(batch size, seed) -> the untrained model's value of the metric, as a confirmation run
+    records it (``info.start_value``), from one run of one step per batch size and seed of the grid."""
+    from tune_batch.store.jobs import seeded
+    from tune_batch.trial.curve import confirm_run
+
+    cfg = bh.load(workload)
+    out = {}
+    for b, sd in sorted({(int(r["params"]["batch_size"]), int(r["seed"])) for r in rows}):
+        one = bh.run_config(cfg, b).model_copy(update={"confirm": bh.run_config(cfg, b).confirm.model_copy(
+            update={"evaluations": 2})})
+        rec = confirm_run(seeded(one, sd), {"batch_size": b, "lr": float(rows[0]["params"]["lr"]), "num_gpus": 1})
+        if rec.info.start_value is None:
+            raise SystemExit(f"{workload}: batch {b} seed {sd}: no start value ({rec.status.value}: {rec.reason})")
+        out[(b, sd)] = rec.info.start_value
+    return out
+
+
 def quantile(xs: list[float], q: float) -> float:
     ys = sorted(xs)
     return ys[min(len(ys) - 1, int(q * len(ys)))] if ys else math.nan
@@ -213,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = bh.jsonl(args.grid)
     cfg = bh.load(args.workload)
     trial_samples = float(cfg.budget.train_samples)
+    if bh.metric_of(cfg)[1] == "minimize":
+        STARTS.update(untrained(args.workload, rows))
+        print("untrained values (batch size, seed): " + ", ".join(f"{k}: {v:.4g}" for k, v in sorted(STARTS.items())))
     stick, by_rule, sets, helds = study(args.workload, rows, args.candidates, trial_samples)
     print(f"{args.workload}: {stick['points']} points, {stick['runs']} runs; yardstick {stick['metric']} "
           f"{'>=' if stick['direction'] == 'maximize' else '<='} {stick['target']:.4g}, reached by "
@@ -228,6 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         tag = {DEFAULT: " (default)", EARLIER: " (earlier default)"}.get((kind, f, n, within), "")
         low = f", lowest lr within {within:g}x" if within > 1.0 else ""
         what = {"best": f"f {f:.2f} of the best reached", "level": f"f {f:.2f} of the best level",
+                "level_start": f"f {f:.2f} of the best level, from untrained",
                 "at_length": "best at length (goal rule)"}[kind]
         by_seed = [([x for x, h in zip(reg, helds) if h == sd], [x for x, h in zip(miss, helds) if h == sd])
                    for sd in seeds]
@@ -235,7 +277,8 @@ def main(argv: list[str] | None = None) -> None:
         ms = " ".join(f"{statistics.fmean(x):.3f}" for _, x in by_seed)
         print(f"{f'{what}, {n} trials long{low}{tag}':<60} {med:7.3f} {p75:7.3f} {p90:7.3f} {m:6.3f}   "
               f"[{p90s}]{'':<3} [{ms}]")
-        name = {"best": f"f{f:.2f}", "level": f"level{f:.2f}", "at_length": "atlen"}[kind].replace(".", "")
+        name = {"best": f"f{f:.2f}", "level": f"level{f:.2f}", "level_start": f"levelstart{f:.2f}",
+                "at_length": "atlen"}[kind].replace(".", "")
         name += f"_l{n}" + ("_lowlr" if within > 1.0 else "")
         out += [f"{name}_median={med:.3f}", f"{name}_p90={p90:.3f}", f"{name}_miss={m:.3f}"]
     print("RESULT " + " ".join(out))

@@ -63,3 +63,25 @@ def test_at_length_takes_the_quicker_of_two_finals_within_noise(replay) -> None:
              for k, v in runs.items()}  # no spread between any runs: a is alone at the top
     assert replay.at_length(tight, "maximize") == [(16, 0.01)]
     assert replay.level([[1.0, 1.0, v] for v in (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9)]) == pytest.approx(0.85)
+
+
+def test_a_loss_target_from_the_untrained_value_does_not_move_with_the_first_validation(replay) -> None:
+    # a loss already near its level at the first validation (1.39 against 1.31): 0.99 of the way
+    # from there is within 0.001 of the level; from the untrained 4.16 it is 0.03 above it
+    curves = {(32, 0.01): [[[512.0, 1.0, 1.39, 0.0], [1024.0, 2.0, 1.31, 0.0]]] * 2}
+    near = replay.level_target(curves, 0.99, "minimize")
+    assert near == pytest.approx(1.39 + 0.99 * (1.31 - 1.39))
+    far = replay.level_target(curves, 0.99, "minimize", starts=[4.16, 4.16])
+    assert far == pytest.approx(4.16 + 0.99 * (1.31 - 4.16))
+    assert replay.level_target(curves, 0.99, "maximize", starts=[0.1]) == pytest.approx(0.99 * 1.31)  # acc: no start
+    replay.STARTS.update({(32, 0): 4.16, (32, 1): 4.16})
+    try:
+        runs = {(32, 0.01): {0: curves[(32, 0.01)][0], 1: curves[(32, 0.01)][0]},
+                (64, 0.01): {0: [[512.0, 0.5, 1.36, 0.0], [1024.0, 1.0, 1.34, 0.0]],
+                             1: [[512.0, 0.5, 1.36, 0.0], [1024.0, 1.0, 1.34, 0.0]]}}
+        pick = replay.choose(((32, 0.01), (64, 0.01)), runs, (0, 1), 1024.0, 0.98, "minimize", kind="level_start")
+        assert pick == [(64, 0.01)]  # 0.98 from 4.16: 1.367, which 64 reaches at 0.5 s, 32 at 2.0 s
+        assert replay.choose(((32, 0.01), (64, 0.01)), runs, (0, 1), 1024.0, 0.98, "minimize",
+                             kind="level") == [(32, 0.01)]  # from the first validations: 1.311, only 32
+    finally:
+        replay.STARTS.clear()
