@@ -51,6 +51,10 @@ tiny_lm quickstart showed a val_loss target within 0.001 of the level: the first
   place depends on the run's length and its validations; for val_acc the same as ``level``.
   At 8 trials, fractions 0.98 and 0.99. Replayed on lm_markov and friedman_mlp, the two loss
   workloads measured (held out for the rules before, so development evidence for this one).
+  Criterion, fixed before the replay: it is worth judging on a new held-out loss workload if, on
+  both grids, ``level_start`` 0.99's median regret, p90 and miss share are each no worse than the
+  default's by more than the range of the default's per-held-back-seed p90 (miss) figures; it
+  changes no default by itself.
 
 Usage: python scripts/bench_confirm_target.py --workload quickstart --grid DIR/quickstart_grid.jsonl
 Ends with: RESULT workload=... sets=... then per rule ``f<fraction>_l<trials>_median=`` (median
