@@ -97,6 +97,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # an eighth, 1-D convolutions on time series (committed 2026-12-05 before it was measured and
     # before the confirmation's next rule was written: that rule is judged on it)
     "waves_conv1d": {"config": HELDOUT / "waves_conv1d.yaml", "length": 65536, "held_out": True},
+    # a ninth, a convolutional denoising autoencoder on val_mse (committed 2026-12-05 before it was
+    # measured and before the loss target from the untrained model was in the product: it judges that)
+    "denoise_conv": {"config": HELDOUT / "denoise_conv.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},

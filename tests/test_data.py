@@ -258,3 +258,32 @@ def test_the_waveform_workload_draws_each_shape_with_its_own_frequency_phase_and
     assert model()(x[:5]).shape == (5, len(SHAPES))
     with pytest.raises(ValueError, match="length = 8"):
         data(length=8)
+
+
+def test_the_denoising_workload_pairs_noisy_digits_with_clean_ones_from_disjoint_sources() -> None:
+    """denoise_conv's data and model: (noisy, clean) image pairs, seeded; the noise is the
+    difference and has the stated spread; validation sources are other digits than training
+    ones; the autoencoder returns an image; val_mse of the identity is the noise's variance."""
+    import torch
+
+    from tests.conftest import REPO
+    from tune_batch.config import load_config
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.workload.denoise import data, evaluate, model
+
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "denoise_conv.yaml"))
+    train, val = data(rows=400, val_rows=100, size=12, noise=0.3, shift=0, seed=2)
+    x, y = train.tensors
+    assert x.shape == y.shape == (400, 1, 12, 12) and float(y.min()) >= 0.0 and float(y.max()) <= 1.0
+    assert abs(float((x - y).std()) - 0.3) < 0.01
+    assert torch.equal(data(rows=400, val_rows=100, size=12, noise=0.3, shift=0, seed=2)[0].tensors[0], x)
+    # with no move, each clean image is one source digit: no validation image is a training one
+    seen = {tuple(img.flatten().tolist()) for img in y}
+    assert not any(tuple(img.flatten().tolist()) in seen for img in val.tensors[1])
+    assert model(width=4)(x[:3]).shape == (3, 1, 12, 12)
+    from torch.utils.data import DataLoader
+
+    mse = evaluate(torch.nn.Identity(), DataLoader(val, batch_size=32), torch.device("cpu"))["val_mse"]
+    assert abs(mse - 0.09) < 0.01
+    with pytest.raises(ValueError, match="size = 4"):
+        data(size=4)
