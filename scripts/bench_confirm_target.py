@@ -228,8 +228,8 @@ def untrained(workload: str, rows: list[dict]) -> dict[tuple[int, int], float]:
     cfg = bh.load(workload)
     out = {}
     for b, sd in sorted({(int(r["params"]["batch_size"]), int(r["seed"])) for r in rows}):
-        one = bh.run_config(cfg, b).model_copy(update={"confirm": bh.run_config(cfg, b).confirm.model_copy(
-            update={"evaluations": 2})})
+        rc = bh.run_config(cfg, b)  # one step: the value is read before it
+        one = rc.model_copy(update={"confirm": rc.confirm.model_copy(update={"evaluations": 2})})
         rec = confirm_run(seeded(one, sd), {"batch_size": b, "lr": float(rows[0]["params"]["lr"]), "num_gpus": 1})
         if rec.info.start_value is None:
             raise SystemExit(f"{workload}: batch {b} seed {sd}: no start value ({rec.status.value}: {rec.reason})")

@@ -54,14 +54,23 @@ def values(config: Config, result: TrialResult) -> list[float]:
     return out
 
 
+#: The reason's start of a proposal skipped because a search trial already measured its params.
+DUPLICATE = "duplicate:"
+
+
+def is_duplicate(result: TrialResult) -> bool:
+    """A proposal skipped as a repeat of a measured search trial's params (``study.admission``)."""
+    return result.status is Status.SKIPPED and (result.reason or "").startswith(DUPLICATE)
+
+
 def constraints(result: TrialResult) -> dict[str, float]:
     """Constraint values: ``memory`` > 0 for oom and memory-skipped trials, ``space`` > 0 for
     combinations that break the batch rules, ``diverged`` > 0 for a non-finite loss (so the
     sampler learns the learning-rate boundary as it learns the memory boundary); 0 (feasible)
     otherwise, and for a proposal skipped as a duplicate of a measured trial."""
-    status, reason = result.status, result.reason or ""
-    if status is Status.SKIPPED and reason.startswith("duplicate:"):  # told as the trial it repeats: feasible
+    if is_duplicate(result):  # told as the trial it repeats: feasible
         return {"memory": 0.0, "space": 0.0, "diverged": 0.0}
+    status, reason = result.status, result.reason or ""
     space_bad = status is Status.SKIPPED and reason.startswith("space:")
     diverged = status is Status.DIVERGED or (status is Status.SKIPPED and reason.startswith("diverged:"))
     memory_bad = status is Status.OOM or (status is Status.SKIPPED and not space_bad and not diverged)

@@ -121,12 +121,12 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
         saved = mine - rec_s
         if search_wall_s is not None and saved > 0:
             payback = math.ceil(search_wall_s / saved)
-    elif rec_s and ok:
+    levels: tuple[float | None, float | None, bool | None] = (None, None, None)
+    if mine is None and rec_s and ok:  # it never reached the target: at least this much slower, if beyond noise
         at_least = statistics.median(r.info.train_s or 0.0 for r in ok) / rec_s
-        return Baseline(params, tuple(runs), mine, len(hits), best_value, None, None, at_least, rec_s, search_wall_s,
-                        None, *_levels(conf, best, ok))
+        levels = _levels(conf, best, ok)
     return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
-                    payback)
+                    payback, *levels)
 
 
 def _run_levels(runs: Sequence[TrialResult]) -> list[float]:

@@ -10,6 +10,7 @@ from typing import Any
 from tune_batch.analysis.growth import describe
 from tune_batch.analysis.headroom import growth_line
 from tune_batch.analysis.notes import texts
+from tune_batch.analysis.objectives import is_duplicate
 from tune_batch.analysis.points import SHOWN_LEVELS
 from tune_batch.analysis.report import Report
 from tune_batch.decide.confirm import Candidate, Confirmation, predictions, step_before
@@ -119,7 +120,7 @@ def render_summary(report: Report) -> str:
     total = sum(c.values())
     # skips the sampler was asked again after: recorded and told to Optuna, no trial of the budget
     free = sum(1 for r in report.records if r.info.free_skip)
-    dups = sum(1 for r in report.records if r.status is Status.SKIPPED and (r.reason or "").startswith("duplicate:"))
+    dups = sum(1 for r in report.records if is_duplicate(r))
     also = f", {dups} repeating a measured trial's params" if dups else ""
     note = {Status.SKIPPED: f" ({free} of them used no trial of budget.trials{also})"} if free else {}
     parts = [f"{total} trials"] + [f"{s.value} {c[s.value]}{note.get(s, '')}" for s in Status if c.get(s.value)]

@@ -17,6 +17,7 @@ import socket
 from collections.abc import Iterable
 
 from tune_batch.analysis.headroom import worst_bytes
+from tune_batch.analysis.objectives import DUPLICATE, is_duplicate
 from tune_batch.analysis.points import StepMeans
 from tune_batch.config import Config
 from tune_batch.measure.oom import MemoryFit, cap_bytes, fit_memory
@@ -107,10 +108,6 @@ class DivergenceModel:
 FREE_SKIPS_IN_A_ROW = 20
 
 
-#: The reason's start of a proposal that repeats a measured search trial's params.
-DUPLICATE = "duplicate:"
-
-
 def params_key(params: Params) -> str:
     """What makes two proposals the same run: every param, the user's extras included."""
     return json.dumps(params.to_dict(), sort_keys=True, default=str)
@@ -146,7 +143,7 @@ class Policy:
         """``result`` as the sampler is told it (observe it first): its samples/s and other
         step-work objectives are its step's mean over the results seen (points.StepMeans); a
         ``duplicate:`` skip is told as the trial it repeats."""
-        if result.status is Status.SKIPPED and (result.reason or "").startswith(DUPLICATE):
+        if is_duplicate(result):
             result = self._measured.get(params_key(result.params), result)
         return self.steps.told(result)
 
