@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -173,3 +174,65 @@ def test_summary_says_which_skips_used_no_trial() -> None:
     # the note belongs to the skipped count, whatever status comes after it
     assert first.startswith("4 trials, ok 1, skipped 2 (1 of them used no trial of budget.trials), failed 1;"), first
     assert "used no trial" not in render_summary(build_report(cfg, [ok, counted])).splitlines()[0]
+
+
+def test_a_peak_under_one_mib_reads_in_kib_not_as_zero() -> None:
+    """A small model's peak (Keras digits: 0.4 MiB) was shown "0MiB", as if nothing was measured."""
+    from tune_batch.config.sizes import shown
+    from tune_batch.output.text import render_table
+
+    assert [shown(n) for n in (0, 424600, 7536640, 38.3 * 2**20, 12 * 2**30)] == [
+        "0 B", "415 KiB", "7.2 MiB", "38 MiB", "12 GiB"]
+    assert shown(-424600, signed=True) == "-415 KiB" and shown(2**20, signed=True) == "+1.0 MiB"
+    small = [dataclasses.replace(r, metrics=dataclasses.replace(r.metrics, peak_mem_bytes=424600.0 * (i + 1)))
+             for i, r in enumerate([_rec(0, 100, 0.9), _rec(1, 200, 0.8, b=32)])]
+    table = render_table(build_report(tiny_config(), small))
+    assert "415 KiB" in table and "829 KiB" in table and "0MiB" not in table, table
+
+
+def test_a_loss_objective_keeps_its_digits_and_shows_in_the_tradeoffs() -> None:
+    """An eval_loss of 1.249 +- 0.044 was shown "1.2+-0.0", and the "instead" lines left the loss
+    out (they knew val_acc only): a loss user could not see what the other front points cost."""
+    from tune_batch.output.text import render_table, tradeoff_lines
+
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "tiny_lm.yaml")
+    recs = [TrialResult.from_record({
+        "trial_id": i, "params": {"batch_size": b, "lr": 0.001 * (i + 1), "num_gpus": 1}, "status": "ok",
+        "metrics": {"samples_per_s": sps, "val_loss": loss, "peak_mem_bytes": 2**20 * b},
+        "duration_s": 1.0, "info": {}}) for i, (b, sps, loss) in enumerate([(16, 100.0, 1.249), (64, 300.0, 1.5)])]
+    report = build_report(cfg, recs)
+    table = render_table(report)
+    assert "1.249" in table and "1.5" in table, table
+    lines = tradeoff_lines(report)
+    assert lines and any("val_loss" in line for line in lines), lines
+
+
+def test_the_confirmation_curves_of_a_loss_start_at_the_untrained_value() -> None:
+    """report.html drew every confirmation curve from (0 s, chance accuracy or 0) and titled it
+    val_acc: a val_loss curve began at 0 and seemed to rise with training; its batch x lr map was
+    left out, knowing val_acc only."""
+    from tune_batch.decide.recommend import decide
+    from tune_batch.output.html import _curves
+
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "tiny_lm.yaml")
+
+    def rec(tid, b, loss, **info):
+        return TrialResult.from_record({
+            "trial_id": tid, "params": {"batch_size": b, "lr": 0.01, "num_gpus": 1}, "status": "ok",
+            "metrics": {"samples_per_s": 100.0 * b, "val_loss": loss, "peak_mem_bytes": 2**20 * b},
+            "duration_s": 1.0, "info": {"seed": 0, **info}})
+
+    curve = [[100 * (i + 1), 1.0 * (i + 1), v, 1.0] for i, v in enumerate([2.5, 1.9, 1.5, 1.4])]
+    recs = [rec(0, 16, 1.6), rec(1, 64, 1.9), rec("0c0", 16, 1.4, confirm_of=0, curve=curve, start_value=4.16),
+            rec("1c0", 64, 1.5, confirm_of=1, curve=[[*c[:2], c[2] + 0.1, 1.0] for c in curve], start_value=4.2)]
+    report = decide(cfg, recs)
+    assert report.confirmation is not None and report.confirmation.metric == "val_loss"
+    fig = _curves(report)
+    assert fig.layout.yaxis.title.text == "val_loss"
+    assert sorted(trace.y[0] for trace in fig.data) == [4.16, 4.2]  # the untrained model, not 0
+    assert [trace.x[0] for trace in fig.data] == [0.0, 0.0]
+    from tune_batch.output.views import heat_figure
+
+    heat = heat_figure(report)  # was None: it knew val_acc only
+    assert heat is not None and heat.data[0].marker.colorbar.title.text == "val_loss"
+    assert list(heat.data[0].marker.color) == [1.6, 1.9]  # the short trials' losses

@@ -23,7 +23,8 @@ from tune_batch.analysis.pareto import (
     within_noise,
 )
 from tune_batch.analysis.points import NoiseLevel, Point, group_runs, noise_levels, points, step_key
-from tune_batch.config import Config
+from tune_batch.config import Config, sizes
+from tune_batch.config.metrics import OBJECTIVE_METRICS
 from tune_batch.measure.oom import cap_bytes
 from tune_batch.store.records import Status, TrialResult
 
@@ -99,18 +100,22 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
         ratio = a_s / b_s
         rel = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) * ratio if (a_sc or b_sc) else None
         out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({'faster' if ratio >= 1 else 'slower'} per epoch)")
-    for metric, label in (("val_acc", "val_acc"), ("device_util", "utilization")):
-        if metric == "device_util" and metric not in report.config.metric_names:
-            continue  # on a CPU a diagnostic of the machine, not a property of the config
+    names = report.config.metric_names
+    # the quality the user chose (val_acc, or any val_* / eval_* the evaluation returns: a loss
+    # user saw no loss in these lines); utilization only where it is an objective (on a CPU it is
+    # a diagnostic of the machine, not a property of the config)
+    quality = ["val_acc"] + [m for m in names if m != "val_acc" and m not in OBJECTIVE_METRICS]
+    for metric, label in [(m, m) for m in quality] + [("device_util", "utilization")] * ("device_util" in names):
         (a, ac), (b, bc) = report.stat(point, metric), report.stat(rec, metric)
         if a is not None and b is not None:
             both = math.hypot(ac or 0, bc or 0) if (ac is not None or bc is not None) else None
-            out.append(f"{a - b:+.3f}{_pm(both, '.3f')} {label}")
+            fmt = ".3f" if metric in OBJECTIVE_METRICS else ".3g"
+            out.append(f"{a - b:+{fmt}}{_pm(both, fmt)} {label}")
     a_m, b_m = point.metrics.peak_mem_bytes, rec.metrics.peak_mem_bytes
     if a_m is not None and b_m is not None:
-        d = (a_m - b_m) / 2**20
-        out.append(f"memory headroom {(cap - a_m) / 2**20:.0f} MiB ({-d:+.0f} MiB)" if cap
-                   else f"{d:+.0f} MiB peak memory")
+        d = a_m - b_m
+        out.append(f"memory headroom {sizes.shown(cap - a_m)} ({sizes.shown(-d, signed=True)})" if cap
+                   else f"{sizes.shown(d, signed=True)} peak memory")
     return out
 
 

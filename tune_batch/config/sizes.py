@@ -45,3 +45,15 @@ def parse_memory(value: str | float | int) -> tuple[str, float]:
         return _bounded(float(_BYTES.validate_python(text)), value)
     except ValidationError as e:
         raise ValueError(f"{value!r} is not allowed: {ALLOWED}") from e
+
+
+def shown(n: float, signed: bool = False) -> str:
+    """A byte count in the unit that keeps its digits: "412 KiB", "7.2 MiB", "38 GiB" (a peak of
+    0.4 MiB read as "0MiB" looked like nothing measured). ``signed`` gives differences a sign."""
+    sign = ("+" if n >= 0 else "-") if signed else ("-" if n < 0 else "")
+    size = abs(n)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            v = size / scale
+            return f"{sign}{v:.1f} {unit}" if v < 10 else f"{sign}{v:.0f} {unit}"
+    return f"{sign}{size:.0f} B"

@@ -135,15 +135,22 @@ def _curves(report: Report) -> Any:
         p = c.trial.params
         for k, run in enumerate(c.runs):
             curve = run.info.curve or []
+            # the untrained model's value where the run recorded it; chance for val_acc otherwise (a
+            # loss curve drawn from 0 at the start read as if it had got worse with training)
+            start = run.info.start_value
+            if start is None and conf.metric == "val_acc":
+                start = run.info.chance_acc or 0.0
+            head = [] if start is None else [(0.0, start)]
             fig.add_trace(go.Scatter(
-                x=[0.0] + [row[1] for row in curve], y=[run.info.chance_acc or 0.0] + [row[2] for row in curve],
+                x=[h[0] for h in head] + [row[1] for row in curve], y=[h[1] for h in head] + [row[2] for row in curve],
                 mode="lines+markers", legendgroup=str(c.trial.trial_id), showlegend=k == 0,
                 name=f"trial {c.trial.trial_id}: batch_size {p.batch_size}, lr {p.lr:.3g} (#{c.long_rank})",
-                hovertext=[f"{row[0]:.0f} samples, {row[1]:.2f} s: val_acc {row[2]:.3f}" for row in curve]))
+                hovertext=[f"untrained: {conf.metric} {h[1]:.4g}" for h in head]
+                + [f"{row[0]:.0f} samples, {row[1]:.2f} s: {conf.metric} {row[2]:.4g}" for row in curve]))
     if conf.target is not None:
-        fig.add_hline(y=conf.target, line_dash="dash", annotation_text=f"target {conf.target:.3f}")
+        fig.add_hline(y=conf.target, line_dash="dash", annotation_text=f"target {conf.target:.4g}")
     fig.update_layout(height=400, autosize=True, xaxis_title="training seconds (validation excluded)",
-                      yaxis_title="val_acc")
+                      yaxis_title=conf.metric)
     return fig
 
 

@@ -13,6 +13,7 @@ from tune_batch.analysis.notes import texts
 from tune_batch.analysis.objectives import is_duplicate
 from tune_batch.analysis.points import SHOWN_LEVELS
 from tune_batch.analysis.report import Report
+from tune_batch.config import sizes
 from tune_batch.decide.confirm import Candidate, Confirmation, predictions, step_before
 from tune_batch.store.records import Status, TrialResult
 
@@ -51,23 +52,26 @@ def row(rec: TrialResult, report: Report | None = None) -> dict[str, Any]:
     return out
 
 
-def _fmt(v: Any, metric: str) -> str:
+def _fmt(v: Any, metric: str, digits: int = 4) -> str:
     if v is None:
         return "-"
     if metric == "peak_mem_bytes":
-        return f"{v / 2**20:.0f}MiB"
+        return sizes.shown(v)
     if metric == "lr":
         return f"{v:.2e}"
     if metric in ("device_util", "val_acc", "mfu", "data_wait_frac"):
         return f"{v:.3f}"
     if isinstance(v, float):
-        return f"{v:.1f}"
+        # throughputs in the hundreds keep one decimal; a loss of 1.249 or an MSE of 0.00316 keeps
+        # four significant digits (".1f" showed them as "1.2+-0.0" and "0.0+-0.0")
+        return f"{v:.1f}" if abs(v) >= 100 else f"{v:.{digits}g}"
     return str(v)
 
 
 def _fmt_stat(report: Report, r: TrialResult, metric: str) -> str:
     mean, ci = report.stat(r, metric)
-    return _fmt(mean, metric) + (f"+-{_fmt(ci, metric)}" if ci is not None and metric != "peak_mem_bytes" else "")
+    shown_ci = ci is not None and metric != "peak_mem_bytes"
+    return _fmt(mean, metric) + (f"+-{_fmt(ci, metric, digits=2)}" if shown_ci else "")
 
 
 def render_table(report: Report) -> str:

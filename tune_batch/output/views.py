@@ -131,20 +131,26 @@ def seed_figure(report: Report) -> Any:
 
 
 def heat_figure(report: Report) -> Any:
-    """val_acc of every trial over batch size x learning rate (colour), infeasible ones as grey
-    crosses; None when no trial measured val_acc."""
-    ok = [r for r in report.records if is_feasible(r, ["val_acc"])]
+    """The quality metric of every trial (val_acc, or the loss the confirmation reads) over batch
+    size x learning rate (colour: yellow is better either way), infeasible ones as grey crosses;
+    None when no trial measured it."""
+    metric, direction = "val_acc", "maximize"
+    ok = [r for r in report.records if is_feasible(r, [metric])]
+    if not ok and report.config.confirm_metric is not None:
+        metric, direction = report.config.confirm_metric
+        ok = [r for r in report.records if is_feasible(r, [metric])]
     if not ok:
         return None
     import plotly.graph_objects as go
 
     fig = go.Figure()
     fig.add_trace(go.Scatter(
-        x=[r.params.batch_size for r in ok], y=[r.params.lr for r in ok], mode="markers", name="val_acc",
-        marker={"color": [r.metrics.val_acc for r in ok], "colorscale": "Viridis", "size": 16,
-                "colorbar": {"title": {"text": "val_acc"}}, "line": {"color": "white", "width": 1}},
+        x=[r.params.batch_size for r in ok], y=[r.params.lr for r in ok], mode="markers", name=metric,
+        marker={"color": [r.metrics.value(metric) for r in ok], "size": 16,
+                "colorscale": "Viridis" if direction == "maximize" else "Viridis_r",
+                "colorbar": {"title": {"text": metric}}, "line": {"color": "white", "width": 1}},
         hovertext=[f"trial {r.trial_id}: batch_size {r.params.batch_size}, lr {r.params.lr:.3g}, "
-                   f"val_acc {r.metrics.val_acc:.3f}" for r in ok], hoverinfo="text"))
+                   f"{metric} {r.metrics.value(metric):.4g}" for r in ok], hoverinfo="text"))
     bad = [r for r in report.records if r.status is not Status.OK]
     if bad:
         fig.add_trace(go.Scatter(x=[r.params.batch_size for r in bad], y=[r.params.lr for r in bad], mode="markers",
