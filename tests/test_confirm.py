@@ -709,3 +709,24 @@ def test_scaling_efficiency_uses_one_worker_runs_measured_after_the_group() -> N
     assert [g["num_gpus"] for g in counts] == [1, 2]
     assert counts[1]["scaling_efficiency"] == pytest.approx(3000.0 / (2 * 3600.0))  # against the best one-worker
     assert counts[1]["scaling_efficiency_trials"] == 1
+
+
+def test_a_baseline_on_another_gpu_count_is_compared_in_device_seconds_too() -> None:
+    """2 GPUs 1.2x sooner than the baseline's 1 used 1.6x its device-seconds, and the first line
+    said only the wall-clock speedup."""
+    def rec(tid, b, gpus, sps, acc, **info):
+        return TrialResult.from_record({
+            "trial_id": tid, "params": {"batch_size": b, "lr": 0.01, "num_gpus": gpus}, "status": "ok",
+            "metrics": {"samples_per_s": sps, "val_acc": acc, "peak_mem_bytes": 2**20}, "info": {"seed": 0, **info}})
+
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 1, "target": 0.9},
+                      baseline={"batch_size": 32, "lr": 0.01, "num_gpus": 1})
+    short = [rec(0, 64, 2, 3000.0, 0.92), rec(1, 32, 1, 1600.0, 0.91)]
+    runs = [rec("0c0", 64, 2, 3000.0, 0.95, confirm_of=0, curve=_curve([0.5, 0.95], step_s=1.0)),
+            rec("baseline-c0", 32, 1, 1600.0, 0.95, confirm_of="baseline", curve=_curve([0.5, 0.95], step_s=1.5))]
+    b = decide(cfg, short + runs).baseline
+    assert b.speedup == pytest.approx(1.5)  # 3.0 s against 2.0 s of wall
+    assert b.device_seconds == pytest.approx((4.0, 3.0))  # 2 GPUs x 2.0 s against 1 x 3.0 s
+    assert "on 2 GPU(s) against 1: 4.00 vs 3.00 device-s (x1.33)" in b.line("val_acc")
+    d = b.to_dict()
+    assert d["recommended_device_seconds_to_target"] == pytest.approx(4.0) and d["device_seconds_to_target"] == 3.0

@@ -48,6 +48,16 @@ class Baseline:
     level: float | None = None
     recommended_level: float | None = None
     level_within_noise: bool | None = None  # None: not read (it reached the target, or no spread measured)
+    recommended_gpus: int | None = None  # the recommendation's GPU count: device-seconds are time x GPUs
+
+    @property
+    def device_seconds(self) -> tuple[float, float] | None:
+        """(the recommendation's, the baseline's) device-seconds to the target, where both reached it.
+        The speedup is in wall seconds; on other GPU counts these say what it costs in devices
+        (2 GPUs 1.2x sooner use 1.6x the device-seconds)."""
+        if self.time_to_target_s is None or self.recommended_s is None or self.recommended_gpus is None:
+            return None
+        return self.recommended_s * self.recommended_gpus, self.time_to_target_s * self.params.num_gpus
 
     def to_dict(self) -> dict[str, Any]:
         return {"params": self.params.to_dict(), "time_to_target_s": self.time_to_target_s,
@@ -57,7 +67,9 @@ class Baseline:
                 "search_wall_s": self.search_wall_s, "payback_runs": self.payback_runs,
                 "payback_established": self.payback_runs is not None and self.beyond_noise,
                 "level": self.level, "recommended_level": self.recommended_level,
-                "level_within_noise": self.level_within_noise}
+                "level_within_noise": self.level_within_noise,
+                "device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[1],
+                "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0]}
 
     @property
     def beyond_noise(self) -> bool:
@@ -78,9 +90,14 @@ class Baseline:
             if within:  # a saving inside the noise pays nothing back for sure
                 pay = (f"; whether it pays back is not known within that noise (after {self.payback_runs} run(s) "
                        f"at the point estimate)" if self.payback_runs is not None else "")
+            devices = ""
+            if self.device_seconds is not None and self.recommended_gpus != p.num_gpus:
+                mine, theirs = self.device_seconds
+                devices = (f"; on {self.recommended_gpus} GPU(s) against {p.num_gpus}: {mine:.2f} vs {theirs:.2f} "
+                           f"device-s (x{mine / theirs:.2f})")
             return (f"recommendation vs {name}: time to the {metric} target x{1 / self.speedup:.2f} "
                     f"(speedup {self.speedup:.2f}{ci}{how}) "
-                    f"({self.recommended_s:.2f} s vs {self.time_to_target_s:.2f} s of training){cost}"
+                    f"({self.recommended_s:.2f} s vs {self.time_to_target_s:.2f} s of training){devices}{cost}"
                     f"{pay if self.search_wall_s is not None else ''}")
         if self.speedup_at_least is not None:
             chance = ""
@@ -126,7 +143,7 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
         at_least = statistics.median(r.info.train_s or 0.0 for r in ok) / rec_s
         levels = _levels(conf, best, ok)
     return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
-                    payback, *levels)
+                    payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None)
 
 
 def _run_levels(runs: Sequence[TrialResult]) -> list[float]:
