@@ -236,3 +236,17 @@ def test_the_confirmation_curves_of_a_loss_start_at_the_untrained_value() -> Non
     heat = heat_figure(report)  # was None: it knew val_acc only
     assert heat is not None and heat.data[0].marker.colorbar.title.text == "val_loss"
     assert list(heat.data[0].marker.color) == [1.6, 1.9]  # the short trials' losses
+
+
+def test_a_throughput_ratio_inside_its_noise_takes_no_side() -> None:
+    """"1.00x +- 0.09 samples/s (slower per epoch)" claimed a side the noise does not give."""
+    def rep(tid, seed, sps, acc, b):
+        r = _rec(0, sps, acc, b=b).to_record()
+        return TrialResult.from_record({**r, "trial_id": tid, "params": {**r["params"], "lr": 0.01 * (1 + b // 32)},
+                                        "info": {"seed": seed, **({"repeat_of": int(tid[0])} if seed else {})}})
+
+    recs = [rep(0, 0, 100.0, 0.95, 16), rep("0s1", 1, 120.0, 0.80, 16),
+            rep(1, 0, 104.0, 0.92, 32), rep("1s1", 1, 118.0, 0.83, 32)]
+    report = build_report(tiny_config(), recs)
+    lines = [line for t in report.tradeoffs.values() for line in t if "samples/s" in line]
+    assert lines and all("the same per epoch within noise" in line for line in lines), report.tradeoffs

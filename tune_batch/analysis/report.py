@@ -99,7 +99,11 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
     elif a_s and b_s:
         ratio = a_s / b_s
         rel = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) * ratio if (a_sc or b_sc) else None
-        out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({'faster' if ratio >= 1 else 'slower'} per epoch)")
+        if rel is not None and abs(ratio - 1.0) <= rel:
+            pace = "the same per epoch within noise"  # "1.00x +- 0.09 (slower per epoch)" claimed a side
+        else:
+            pace = f"{'faster' if ratio >= 1 else 'slower'} per epoch"
+        out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({pace})")
     names = report.config.metric_names
     # the quality the user chose (val_acc, or any val_* / eval_* the evaluation returns: a loss
     # user saw no loss in these lines); utilization only where it is an objective (on a CPU it is
