@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import tiny_config
 from tune_batch.analysis.notes import texts
 from tune_batch.analysis.pareto import parse_prefer
+from tune_batch.config import load_config
 from tune_batch.decide.confirm import first_reach, kendall_tau, search_noise_scale
 from tune_batch.decide.recommend import confirm_candidates, decide
 from tune_batch.decide.repeats import candidates
@@ -730,3 +731,50 @@ def test_a_baseline_on_another_gpu_count_is_compared_in_device_seconds_too() -> 
     assert "on 2 GPU(s) against 1: 4.00 vs 3.00 device-s (x1.33)" in b.line("val_acc")
     d = b.to_dict()
     assert d["recommended_device_seconds_to_target"] == pytest.approx(4.0) and d["device_seconds_to_target"] == 3.0
+
+
+def _baseline_case(base_step_s: float, base_jitter: float = 0.0) -> list[TrialResult]:
+    """Two candidates and the baseline (batch 32, lr 0.01), two confirmation runs each: the pick
+    (trial 0) reaches 0.9 at its third validation of 1 s steps (3 s); the baseline at its third of
+    ``base_step_s`` steps."""
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.88, b=16, lr=0.02)]
+    runs = [_rec(f"0c{s}", 1000, 0.93, b=64, confirm_of=0, seed=s,
+                 curve=_curve([0.5, 0.8, 0.91, 0.93], step_s=1.0 + 0.05 * s)) for s in (0, 1)]
+    runs += [_rec(f"1c{s}", 600, 0.93, b=16, lr=0.02, confirm_of=1, seed=s,
+                  curve=_curve([0.5, 0.8, 0.91, 0.93], step_s=1.3 + 0.05 * s)) for s in (0, 1)]
+    runs += [_rec(f"baseline-c{s}", 800, 0.93, b=32, confirm_of="baseline", seed=s,
+                  curve=_curve([0.5, 0.8, 0.91, 0.93], step_s=base_step_s + base_jitter * s)) for s in (0, 1)]
+    return short + runs
+
+
+def test_a_baseline_sooner_than_the_pick_beyond_noise_stays_the_recommendation(tmp_path: Path) -> None:
+    """Three of 42 stored searches recommended a config their own runs showed slower than the
+    user's baseline (denoise_conv seed 3: 7.76 s against the baseline's 4.81 s)."""
+    from tune_batch.output.files import write_files
+
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 32, "lr": 0.01})
+    report = decide(cfg, _baseline_case(0.5))  # the baseline at 1.5 s, the pick at 3 s
+    b = report.baseline
+    assert b.kept and b.speedup == pytest.approx(1.5 / 3.075, rel=0.02) and b.beyond_noise
+    rec = report.recommended
+    assert (rec.params.batch_size, rec.params.lr) == (32, 0.01) and rec.info.confirm_of == "baseline"
+    assert report.method.startswith("baseline:") and report.recommended_on_front is None
+    text = render_summary(report)
+    first = text.splitlines()[0]
+    assert first.startswith("recommendation: keep the baseline (batch_size=32 lr=0.01 num_gpus=1)"), first
+    assert "recommended: batch_size=32 lr=0.01 num_gpus=1 (the baseline, kept)" in text and "*!" not in text
+    assert any("search's pick, trial 0" in n for n in texts(report.notes))
+    assert report.headroom(rec).to_dict() is not None and len(report.runs_of(rec)) == 2  # both baseline runs
+    write_files(report, tmp_path)
+    pareto = json.loads((tmp_path / "pareto.json").read_text())
+    assert pareto["baseline"]["kept"] is True and pareto["recommended"]["params"]["batch_size"] == 32
+    best = load_config(tmp_path / "best.yaml")  # the baseline's point as a config to run
+    assert (best.space.batch_size, best.space.lr.low, best.space.lr.high) == ([32], 0.01, 0.01)
+
+    # slower, or sooner only within the noise, or compared in device-seconds: the search's pick stays
+    assert decide(cfg, _baseline_case(1.5)).recommended.trial_id == 0
+    noisy = decide(cfg, _baseline_case(0.5, base_jitter=0.9))  # 1.5 s and 4.2 s: a wide spread
+    assert noisy.baseline.speedup < 1 and not noisy.baseline.beyond_noise and noisy.recommended.trial_id == 0
+    assert decide(cfg, _baseline_case(0.5), prefer=parse_prefer("device_seconds_to_target", cfg.metric_names)
+                  ).recommended.trial_id == 0

@@ -51,13 +51,17 @@ class Report:
 
     @property
     def recommended_on_front(self) -> bool | None:
-        """Whether the recommended config is on the front (a confirmed one need not be)."""
-        if self.recommended is None:
+        """Whether the recommended config is on the front (a confirmed one need not be); None
+        without one, or where it is the user's baseline (a config the search did not propose)."""
+        if self.recommended is None or self.recommended.info.confirm_of is not None:
             return None
         return any(r.trial_id == self.recommended.trial_id for r in self.front)
 
     def runs_of(self, r: TrialResult) -> list[TrialResult]:
-        """Every run of ``r``'s config: its trial and repeats, and its confirmation runs."""
+        """Every run of ``r``'s config: its trial and repeats, and its confirmation runs (for a
+        confirmation run, such as the baseline's, every confirmation run of its config)."""
+        if r.info.confirm_of is not None and r.trial_id not in self.points:
+            return [c for c in self.confirm_runs if c.info.confirm_of == r.info.confirm_of]
         p = self.points.get(r.trial_id)
         confirmed = (c for c in self.confirm_runs if c.info.confirm_of == r.trial_id)
         return [*(p.runs if p is not None else (r,)), *confirmed]

@@ -49,6 +49,7 @@ class Baseline:
     recommended_level: float | None = None
     level_within_noise: bool | None = None  # None: not read (it reached the target, or no spread measured)
     recommended_gpus: int | None = None  # the recommendation's GPU count: device-seconds are time x GPUs
+    kept: bool = False  # the baseline was sooner beyond noise than the search's pick: it stays the recommendation
 
     @property
     def device_seconds(self) -> tuple[float, float] | None:
@@ -67,7 +68,7 @@ class Baseline:
                 "search_wall_s": self.search_wall_s, "payback_runs": self.payback_runs,
                 "payback_established": self.payback_runs is not None and self.beyond_noise,
                 "level": self.level, "recommended_level": self.recommended_level,
-                "level_within_noise": self.level_within_noise,
+                "level_within_noise": self.level_within_noise, "kept": self.kept,
                 "device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[1],
                 "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0]}
 
@@ -82,7 +83,7 @@ class Baseline:
         name = f"the baseline (batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus})"
         cost = f"; the search cost {self.search_wall_s:.0f} s" if self.search_wall_s is not None else ""
         if self.speedup is not None:
-            ci = f" +- {self.speedup_ci:.2f}" if self.speedup_ci is not None else " (one run a side: no spread)"
+            ci = f" +- {self.speedup_ci:.2f}" if self.speedup_ci is not None else " (no run-to-run spread measured)"
             within = self.speedup_ci is not None and not self.beyond_noise
             how = " (within the runs' noise)" if within else ""
             pay = (f", paid back after {self.payback_runs} run(s) to the target" if self.payback_runs is not None
@@ -95,6 +96,11 @@ class Baseline:
                 mine, theirs = self.device_seconds
                 devices = (f"; on {self.recommended_gpus} GPU(s) against {p.num_gpus}: {mine:.2f} vs {theirs:.2f} "
                            f"device-s (x{mine / theirs:.2f})")
+            if self.kept:
+                return (f"recommendation: keep {name}: it reached the {metric} target sooner than the search's "
+                        f"pick beyond the runs' noise ({self.time_to_target_s:.2f} s vs {self.recommended_s:.2f} s "
+                        f"of training; the pick's speedup {self.speedup:.2f}{ci}){devices}{cost}, and found "
+                        f"nothing faster")
             return (f"recommendation vs {name}: time to the {metric} target x{1 / self.speedup:.2f} "
                     f"(speedup {self.speedup:.2f}{ci}{how}) "
                     f"({self.recommended_s:.2f} s vs {self.time_to_target_s:.2f} s of training){devices}{cost}"
@@ -111,8 +117,18 @@ class Baseline:
         return f"recommendation vs {name}: no comparison (no recommendation reached the target){cost}"
 
 
-def _log_sd2(xs: list[float]) -> float:
-    return statistics.variance([math.log(x) for x in xs]) if len(xs) > 1 else math.nan
+def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float]) -> float | None:
+    """95 % half-width of the speedup (delta method on the log times): the log times' spread pooled
+    over every confirmed config and the baseline, with Student's t of its degrees of freedom.
+    (Two runs a side and the normal 1.96 gave one degree of freedom a side the width of many.)"""
+    if not mine or not theirs:
+        return None
+    groups = [[math.log(t) for t in reach_times(c.runs, conf.target, conf.maximize) if t > 0]
+              for c in conf.candidates]
+    sd, df = pooled_sd([*groups, [math.log(t) for t in mine if t > 0]])
+    if sd is None:
+        return None
+    return speedup * t95(df) * sd * math.sqrt(1 / len(mine) + 1 / len(theirs))
 
 
 def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Sequence[TrialResult],
@@ -133,8 +149,7 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
     if mine is not None and rec_s:
         speedup = mine / rec_s
         theirs = reach_times(best.runs, target, up) if best is not None else []
-        var = _log_sd2(hits) / len(hits) + _log_sd2(theirs) / max(1, len(theirs))
-        ci = speedup * 1.96 * math.sqrt(var) if math.isfinite(var) else None
+        ci = _speedup_ci(speedup, conf, hits, theirs)
         saved = mine - rec_s
         if search_wall_s is not None and saved > 0:
             payback = math.ceil(search_wall_s / saved)

@@ -85,7 +85,7 @@ def render_table(report: Report) -> str:
     rows = []
     shown_trials = sorted(report.front, key=lambda r: (r.params.num_gpus, r.params.batch_size, r.params.lr))
     rec, on_front = report.recommended, report.recommended_on_front
-    if rec is not None and not on_front:
+    if rec is not None and on_front is False:
         shown_trials.append(rec)  # chosen at length, off the short-budget front: shown last, marked
     for r in shown_trials:
         mark = ("*" if on_front else "*!") if r is rec else ""
@@ -149,8 +149,8 @@ def render_summary(report: Report) -> str:
     rec = report.recommended
     if rec is not None:
         p = rec.params
-        lines.append(f"recommended: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus} "
-                     f"(trial {rec.trial_id}; {how})")
+        which = "the baseline, kept" if rec.info.confirm_of is not None else f"trial {rec.trial_id}; {how}"
+        lines.append(f"recommended: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus} ({which})")
         room = report.headroom(rec)
         lines += [f"  {line}" for line in (growth_line(room), room.line()) if line]
         lines += [f"  {line}" for line in tradeoff_lines(report)]
