@@ -122,8 +122,11 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
     a_m, b_m = point.metrics.peak_mem_bytes, rec.metrics.peak_mem_bytes
     if a_m is not None and b_m is not None:
         d = a_m - b_m
-        out.append(f"memory headroom {sizes.shown(cap - a_m)} ({sizes.shown(-d, signed=True)})" if cap
-                   else f"{sizes.shown(d, signed=True)} peak memory")
+        if abs(d) <= 0.01 * max(a_m, b_m):  # a few hundred bytes of a 28 MiB peak: the same step's memory
+            out.append("the same peak memory" + (f" (memory headroom {sizes.shown(cap - a_m)})" if cap else ""))
+        else:
+            out.append(f"memory headroom {sizes.shown(cap - a_m)} ({sizes.shown(-d, signed=True)})" if cap
+                       else f"{sizes.shown(d, signed=True)} peak memory")
     return out
 
 
