@@ -35,8 +35,9 @@ def answer_html(report: Report) -> str:
     rec = report.recommended
     if rec is not None:
         p = rec.params
+        which = "your baseline, kept" if rec.info.confirm_of is not None else f"trial {rec.trial_id}"
         head = (f"<p class='answer'>Use <b>batch_size {p.batch_size}, lr {p.lr:.4g}, num_gpus {p.num_gpus}</b> "
-                f"(trial {html.escape(str(rec.trial_id))}; chosen by {html.escape(report.method)}).</p>")
+                f"({html.escape(which)}; chosen by {html.escape(report.method)}).</p>")
     elif report.front:
         head = "<p class='answer'>No recommendation: see the notes below.</p>"
     else:
