@@ -251,3 +251,20 @@ def test_probe_profiles_unless_told_not_to_and_measuring_never_changes_training(
     assert b["info"].get("profile_step_s") is None and not b["info"].get("window_extension_steps")
     assert "trace  " not in out_b
     assert a["metrics"]["val_acc"] == b["metrics"]["val_acc"] and a["info"]["final_loss"] == b["info"]["final_loss"]
+
+
+def test_the_probe_report_shows_what_the_evaluation_returned() -> None:
+    """A val_loss config's probe printed "val_acc nan" and nothing of its loss."""
+    from tune_batch.output.probe import render_probe
+    from tune_batch.store.records import TrialResult
+
+    def rec(metrics: dict) -> TrialResult:
+        return TrialResult.from_record({"trial_id": "probe", "params": {"batch_size": 32, "lr": 0.003, "num_gpus": 1},
+                                        "status": "ok", "metrics": {"samples_per_s": 3118.5, "mfu": 0.19, "timed_s": 1.28,
+                                                                    "data_wait_frac": 0.03, **metrics},
+                                        "info": {"device": "cpu (2 threads)", "bottleneck": "compute-bound"}})
+
+    lm = render_probe(rec({"val_loss": 1.3617, "val_perplexity": 3.903}))
+    assert "val_loss          1.362" in lm and "val_perplexity    3.903" in lm and "val_acc" not in lm
+    assert "val_acc           0.9500" in render_probe(rec({"val_acc": 0.95}))
+    assert "val_acc           nan" in render_probe(rec({}))  # nothing validated: said, not hidden

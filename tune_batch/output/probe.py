@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from tune_batch.store.records import Status, TrialResult
 
 
@@ -63,6 +66,11 @@ def _trace_flag(res: TrialResult, found: int | None) -> list[str]:
     return []
 
 
+def _evaluated(m: Any) -> dict[str, float]:
+    """The metrics ``train.evaluate`` returned (val_* / eval_*) other than val_acc."""
+    return {k: v for k, v in m.other.items() if re.fullmatch(r"(val|eval)_\w+", k) and isinstance(v, int | float)}
+
+
 def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:
     """The probe's full measurement report of one trial; ``trace_steps``: the profiled steps its
     trace files hold (``pipeline.probe.trace_steps``)."""
@@ -86,7 +94,10 @@ def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:
         *([f"  peak_mem_worst    {m.peak_mem_worst_bytes / 2**20:.1f} MiB (worst case: {info.peak_mem_worst_method})"]
           if m.peak_mem_worst_bytes is not None else []),
         f"  data_wait_frac    {m.data_wait_frac:.3f}",
-        f"  val_acc           {m.val_acc if m.val_acc is not None else nan:.4f}",
+        # the built-in accuracy, or what train.evaluate returned (a val_loss config printed "val_acc nan")
+        *([f"  val_acc           {m.val_acc if m.val_acc is not None else nan:.4f}"]
+          if m.val_acc is not None or not _evaluated(m) else []),
+        *(f"  {k:<17} {v:.4g}" for k, v in _evaluated(m).items()),
         f"  bottleneck        {info.bottleneck}: {info.suggestion}",
     ]
     return "\n".join(lines + _probe_extras(res, trace_steps))
