@@ -259,9 +259,9 @@ def test_the_probe_report_shows_what_the_evaluation_returned() -> None:
     from tune_batch.store.records import TrialResult
 
     def rec(metrics: dict) -> TrialResult:
+        base = {"samples_per_s": 3118.5, "mfu": 0.19, "timed_s": 1.28, "data_wait_frac": 0.03}
         return TrialResult.from_record({"trial_id": "probe", "params": {"batch_size": 32, "lr": 0.003, "num_gpus": 1},
-                                        "status": "ok", "metrics": {"samples_per_s": 3118.5, "mfu": 0.19, "timed_s": 1.28,
-                                                                    "data_wait_frac": 0.03, **metrics},
+                                        "status": "ok", "metrics": {**base, **metrics},
                                         "info": {"device": "cpu (2 threads)", "bottleneck": "compute-bound"}})
 
     lm = render_probe(rec({"val_loss": 1.3617, "val_perplexity": 3.903}))
