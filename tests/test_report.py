@@ -250,3 +250,20 @@ def test_a_throughput_ratio_inside_its_noise_takes_no_side() -> None:
     report = build_report(tiny_config(), recs)
     lines = [line for t in report.tradeoffs.values() for line in t if "samples/s" in line]
     assert lines and all("the same per epoch within noise" in line for line in lines), report.tradeoffs
+
+
+def test_a_share_noise_wider_than_its_scale_is_said_to_be_unknown() -> None:
+    """One config run twice (0.95 and 0.80) is one degree of freedom: "+-0.500 at 0.99" read as a
+    figure, where it says the noise is not measured yet."""
+    from tune_batch.output.text import noise_lines
+
+    def rep(tid, seed, acc):
+        r = _rec(0, 100.0, acc).to_record()
+        return TrialResult.from_record({**r, "trial_id": tid,
+                                        "info": {"seed": seed, **({"repeat_of": 0} if seed else {})}})
+
+    one = [line for line in noise_lines(build_report(tiny_config(), [rep(0, 0, 0.95), rep("0s1", 1, 0.80)]))
+           if line.startswith("noise val_acc")]
+    assert one and "0.500 at 0.99" in one[0] and "too few runs with other seeds" in one[0], one
+    many = [rep(0, 0, 0.95), rep("0s1", 1, 0.94), rep("0s2", 2, 0.95), rep("0s3", 3, 0.96)]
+    assert not any("too few" in line for line in noise_lines(build_report(tiny_config(), many)))

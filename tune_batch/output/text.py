@@ -109,7 +109,11 @@ def noise_lines(report: Report) -> list[str]:
                 f"+-{level.half_width:.1%} of the value" if level.relative else
                 "+-" + ", ".join(f"{level.of(p, 1):.3f} at {p:g}" for p in SHOWN_LEVELS) if level.share else
                 f"+-{level.half_width:.3f}")
-        lines.append(f"noise {m}: {size} per run ({level.how})")
+        wide = ""
+        if level.share and level.half_width is not None and (level.of(0.99, 1) or 0.0) > 0.4:
+            # "+-0.500 at 0.99": the interval spans the whole scale, which says the noise is not yet known
+            wide = "; the interval spans most of 0-1: too few runs with other seeds to measure this noise"
+        lines.append(f"noise {m}: {size} per run ({level.how}){wide}")
     if report.repeats:
         spent = sum(r.duration_s for r in report.repeats)
         total = spent + sum(r.duration_s for r in report.records)
