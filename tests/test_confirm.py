@@ -781,3 +781,31 @@ def test_a_baseline_sooner_than_the_pick_beyond_noise_stays_the_recommendation(t
     assert noisy.baseline.speedup < 1 and not noisy.baseline.beyond_noise and noisy.recommended.trial_id == 0
     assert decide(cfg, _baseline_case(0.5), prefer=parse_prefer("device_seconds_to_target", cfg.metric_names)
                   ).recommended.trial_id == 0
+
+
+def test_the_baseline_is_not_kept_where_another_candidate_was_as_quick() -> None:
+    """The pick is chosen on its runs and its prediction together; where another confirmed
+    candidate's runs reached the target as soon as the baseline's, "the search found nothing
+    faster" would be untrue, so the search's pick stands."""
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 32, "lr": 0.01})
+    recs = _baseline_case(0.5)
+    quick = [_rec(f"1c{s}", 600, 0.93, b=16, lr=0.02, confirm_of=1, seed=s,
+                  curve=_curve([0.5, 0.8, 0.91, 0.93], step_s=0.45 + 0.01 * s)) for s in (0, 1)]
+    recs = [r for r in recs if not str(r.trial_id).startswith("1c")] + quick
+    report = decide(cfg, recs)
+    assert report.recommended.trial_id == 1 and not report.baseline.kept  # no prediction here: the runs decide
+    # the pick as a prediction can make it (trial 0, 3 s), the baseline at 1.5 s, trial 1's runs at 1.35 s
+    import dataclasses
+
+    from tune_batch.decide.baseline import compare
+    from tune_batch.decide.recommend import _keep_baseline
+
+    conf = report.confirmation
+    zero = next(c for c in conf.candidates if c.trial.trial_id == 0)
+    base_runs = [r for r in report.confirm_runs if r.info.confirm_of == "baseline"]
+    as_if = dataclasses.replace(report, recommended=zero.trial,
+                                baseline=compare(cfg, conf, zero, base_runs, None))
+    assert as_if.baseline.speedup < 1 and as_if.baseline.beyond_noise  # sooner than that pick beyond noise
+    kept = _keep_baseline(as_if, None)
+    assert kept.recommended.trial_id == 0 and not kept.baseline.kept

@@ -212,6 +212,11 @@ def _keep_baseline(report: Report, prefer: Prefer) -> Report:
     if (b is None or conf is None or pick is None or prefer == DEVICE_SECONDS or conf.at_length
             or b.speedup is None or b.speedup >= 1.0 or not b.beyond_noise):
         return report
+    # a candidate whose own runs were as quick as the baseline's (the pick is chosen on its runs and
+    # its prediction together) leaves "the search found nothing faster" untrue: the pick stands
+    if any(c.time_to_target_s is not None and c.time_to_target_s <= (b.time_to_target_s or 0.0)
+           for c in conf.candidates if c.trial.trial_id not in conf.excluded):
+        return report
     run = next(r for r in b.runs if r.status is Status.OK and r.info.curve)
     room = report.headroom(run)
     if not room.keeps_margin:
