@@ -236,6 +236,16 @@ def test_the_confirmation_curves_of_a_loss_start_at_the_untrained_value() -> Non
     heat = heat_figure(report)  # was None: it knew val_acc only
     assert heat is not None and heat.data[0].marker.colorbar.title.text == "val_loss"
     assert list(heat.data[0].marker.color) == [1.6, 1.9]  # the short trials' losses
+    from tune_batch.output.html import render_html
+
+    page = render_html(report)
+    assert "<h2>val_loss over batch size and learning rate</h2>" in page
+    head = re.search(r"<table id='tb-trials'><thead><tr>(.*?)</tr>", page).group(1)
+    names = re.findall(r"<th>(.*?)</th>", head)
+    # the objectives lead (each run's value, its config's mean and +-); no column empty in every row
+    assert names[:6] == ["trial_id", "status", "batch_size", "lr", "num_gpus", "samples_per_s"], names
+    assert names.index("val_loss") < names.index("val_loss_mean") < names.index("peak_mem_bytes"), names
+    assert "val_acc" not in names and "mfu" not in names
 
 
 def test_a_throughput_ratio_inside_its_noise_takes_no_side() -> None:

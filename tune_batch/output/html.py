@@ -154,6 +154,13 @@ def _curves(report: Report) -> Any:
     return fig
 
 
+def _quality_name(report: Report) -> str:
+    """What the batch x lr map colours by: accuracy, or the metric the confirmation reads."""
+    if any(r.metrics.val_acc is not None for r in report.records) or report.config.confirm_metric is None:
+        return "Accuracy"
+    return report.config.confirm_metric[0]
+
+
 def render_html(report: Report) -> str:
     """The whole page as a string: the answer first, then the seed's picture, accuracy over
     batch size x learning rate, the objective pairs, the curves and the table."""
@@ -163,7 +170,7 @@ def render_html(report: Report) -> str:
 
     data = figure_data(report)
     views = [("tb-seed", "Throughput and memory against batch size", seed_figure(report)),
-             ("tb-heat", "Accuracy over batch size and learning rate", heat_figure(report)),
+             ("tb-heat", f"{_quality_name(report)} over batch size and learning rate", heat_figure(report)),
              ("tb-front", "Objectives against each other, and every trial", _figure(report, data)),
              ("tb-parallel", "Every feasible trial across parameters and objectives (red: Pareto front)",
               _parallel(report, data)),
@@ -175,8 +182,14 @@ def render_html(report: Report) -> str:
         plot = pio.to_html(fig, include_plotlyjs=first, full_html=False, div_id=div, config={"responsive": True})
         parts.append(f"<h2>{heading}</h2><div class='plot'>{plot}</div>")
         first = False
-    rows_ = [row(r, report) for r in report.records]
-    cols = list(rows_[0]) if rows_ else []
+    rows_ = [{**row(r, report), **{m: r.metrics.value(m) for m in report.config.metric_names}}
+             for r in report.records]
+    # the objectives first (a loss config's eval_loss sat past a screen of empty val_acc and mfu
+    # columns), then the rest; a column empty in every row is left out
+    lead = ["trial_id", "status", "reason", "batch_size", "lr", "num_gpus",
+            *(c for m in report.config.metric_names for c in (m, f"{m}_mean", f"{m}_ci"))]
+    cols = [c for c in dict.fromkeys([*lead, *(rows_[0] if rows_ else [])])
+            if any(r.get(c) not in (None, "") for r in rows_)]
     table = ["<div class='scroll'><table id='tb-trials'><thead><tr>"
              + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr></thead><tbody>"]
     front_ids = data["front_ids"]
