@@ -44,6 +44,8 @@ def answer_html(report: Report) -> str:
         head = "<p class='answer'>No feasible trial: nothing is on the Pareto front (the table gives each reason).</p>"
     trade = tradeoff_lines(report)
     parts = [head]
+    if report.baseline is not None and report.confirmation is not None:  # the terminal's first line
+        parts.append(f"<p class='baseline'>{html.escape(report.baseline.line(report.confirmation.metric))}</p>")
     if trade:
         parts.append("<p>Against the other configurations on the front (each difference +- its noise):</p><ul>"
                      + "".join(f"<li>{html.escape(t.strip())}</li>" for t in trade) + "</ul>")
