@@ -810,3 +810,22 @@ def test_the_baseline_is_not_kept_where_another_candidate_was_as_quick() -> None
     assert as_if.baseline.speedup < 1 and as_if.baseline.beyond_noise  # sooner than that pick beyond noise
     kept = _keep_baseline(as_if, None)
     assert kept.recommended.trial_id == 0 and not kept.baseline.kept
+
+
+def test_the_baseline_comparison_goes_to_mlflow(tmp_path: Path) -> None:
+    """The summary's first line, as metrics and tags of the search's MLflow run."""
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    from tune_batch.output.tracking import log_to_mlflow
+
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 32, "lr": 0.01})
+    report = decide(cfg, _baseline_case(0.5))
+    uri, run_id, _ = log_to_mlflow(report, tmp_path)
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.data.metrics["baseline_speedup"] == pytest.approx(report.baseline.speedup)
+    assert run.data.metrics["baseline_time_to_target_s"] == pytest.approx(report.baseline.time_to_target_s)
+    assert run.data.tags["baseline_kept"] == "True"
+    assert json.loads(run.data.tags["baseline_params"]) == {"batch_size": 32, "lr": 0.01, "num_gpus": 1}
+    assert run.data.tags["recommended_batch_size"] == "32"

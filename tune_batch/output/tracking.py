@@ -17,6 +17,7 @@ SQLite file in the run directory: MLflow 3 refuses its plain-file store (``./mlr
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -95,6 +96,13 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
         tags += [RunTag(f"recommended_{k}", str(v)) for k, v in rec.params.to_dict().items()]
     metrics = [Metric("hypervolume", float(report.hypervolume), now, 0)] if report.hypervolume is not None else []
     metrics += [Metric("records", float(len(report.records)), now, 0), Metric("front_size", float(len(front)), now, 0)]
+    b = report.baseline
+    if b is not None:  # the summary's first line, comparable across searches in MLflow
+        metrics += [Metric(f"baseline_{k}", v, now, 0) for k, v in _numeric(
+            {"speedup": b.speedup, "speedup_ci": b.speedup_ci, "time_to_target_s": b.time_to_target_s,
+             "speedup_at_least": b.speedup_at_least, "recommended_time_to_target_s": b.recommended_s}).items()]
+        tags += [RunTag("baseline_kept", str(b.kept)),
+                 RunTag("baseline_params", json.dumps(b.params.to_dict(), sort_keys=True))]
     client.log_batch(pid, metrics=metrics, params=params, tags=tags)
     for f in ("pareto.json", "results.csv", "report.html", "best.yaml"):
         if (run_dir / f).exists():
