@@ -268,3 +268,19 @@ def test_the_probe_report_shows_what_the_evaluation_returned() -> None:
     assert "val_loss          1.362" in lm and "val_perplexity    3.903" in lm and "val_acc" not in lm
     assert "val_acc           0.9500" in render_probe(rec({"val_acc": 0.95}))
     assert "val_acc           nan" in render_probe(rec({}))  # nothing validated: said, not hidden
+
+
+def test_a_baseline_with_confirmation_off_is_said_not_to_be_compared(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    """The shipped configs name a baseline; with confirm.candidates = 0 it was dropped in silence."""
+    import yaml
+
+    from tests.conftest import tiny_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"}, budget={"trials": 1, "train_samples": 128},
+                                              baseline={"batch_size": 32, "lr": 0.01}).to_dict()))
+    code, stdout, err = _run(capsys, "search", str(cfg), "--output", str(tmp_path / "out"))
+    assert code == 0, err
+    assert "baseline: not compared: it is confirmed beside the candidates, and confirmation is off " \
+           "(confirm.candidates = 0)" in stdout + err

@@ -264,6 +264,10 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     for w in warnings:
         progress.warn(w)
     progress.records = list(done)  # the front and counts include trials already finished
+    if config.baseline is not None and (config.confirm.candidates == 0 or config.confirm_metric is None):
+        progress.warn("baseline: not compared: it is confirmed beside the candidates, and confirmation is off "
+                      + ("(confirm.candidates = 0)" if config.confirm.candidates == 0 else "(no metric to read "
+                         "time to target on)") + "; set confirm.candidates >= 1, or leave baseline out")
     if config.confirm_metric is None and config.confirm.candidates > 0:
         progress.say("confirmation: off: none of the objectives is a metric train.evaluate returns, to read time to "
                      "target on (confirm.metric)")
