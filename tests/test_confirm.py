@@ -829,3 +829,19 @@ def test_the_baseline_comparison_goes_to_mlflow(tmp_path: Path) -> None:
     assert run.data.tags["baseline_kept"] == "True"
     assert json.loads(run.data.tags["baseline_params"]) == {"batch_size": 32, "lr": 0.01, "num_gpus": 1}
     assert run.data.tags["recommended_batch_size"] == "32"
+
+
+def test_a_baseline_whose_runs_failed_is_not_blamed_on_the_recommendation() -> None:
+    """A baseline batch larger than the training set failed, and the line said "no recommendation
+    reached the target" while one had."""
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 4096, "lr": 0.01})
+    recs = [r for r in _baseline_case(0.5) if not str(r.trial_id).startswith("baseline")]
+    recs.append(TrialResult.from_record({
+        "trial_id": "baseline-c0", "params": {"batch_size": 4096, "lr": 0.01, "num_gpus": 1}, "status": "failed",
+        "reason": "ValueError: the training set has 1437 samples, fewer than batch_size 4096",
+        "metrics": {}, "info": {"seed": 0, "confirm_of": "baseline"}}))
+    report = decide(cfg, recs)
+    assert report.recommended is not None
+    line = report.baseline.line("val_acc")
+    assert "no comparison: the baseline's 1 run(s) ended failed (ValueError: the training set has 1437" in line, line

@@ -114,6 +114,11 @@ class Baseline:
             return (f"recommendation vs {name}: the baseline never reached the {metric} target in "
                     f"{len(self.runs)} run(s) (best {self.best_value:.4g}); the recommendation reached it in "
                     f"{self.recommended_s:.2f} s, at least {self.speedup_at_least:.2f}x sooner{chance}{cost}")
+        failed = [r for r in self.runs if r.status is not Status.OK]
+        if len(failed) == len(self.runs):  # "no recommendation reached the target" blamed the wrong side
+            why = (failed[0].reason or failed[0].status.value).splitlines()[0][:200]
+            return (f"recommendation vs {name}: no comparison: the baseline's {len(failed)} run(s) ended "
+                    f"{failed[0].status.value} ({why}){cost}")
         return f"recommendation vs {name}: no comparison (no recommendation reached the target){cost}"
 
 
