@@ -776,12 +776,12 @@ def test_a_baseline_sooner_than_the_pick_beyond_noise_stays_the_recommendation(t
     best = load_config(tmp_path / "best.yaml")  # the baseline's point as a config to run
     assert (best.space.batch_size, best.space.lr.low, best.space.lr.high) == ([32], 0.01, 0.01)
 
-    # slower, or sooner only within the noise, or compared in device-seconds: the search's pick stays
+    # slower, or sooner only within the noise, or another preference: the search's pick stays
     assert decide(cfg, _baseline_case(1.5)).recommended.trial_id == 0
     noisy = decide(cfg, _baseline_case(0.5, base_jitter=0.9))  # 1.5 s and 4.2 s: a wide spread
     assert noisy.baseline.speedup < 1 and not noisy.baseline.beyond_noise and noisy.recommended.trial_id == 0
-    assert decide(cfg, _baseline_case(0.5), prefer=parse_prefer("device_seconds_to_target", cfg.metric_names)
-                  ).recommended.trial_id == 0
+    assert decide(cfg, _baseline_case(0.5), prefer=parse_prefer("samples_per_s", cfg.metric_names)
+                  ).recommended.info.confirm_of is None  # an objective the user prefers is not overridden
 
 
 def test_the_baseline_is_not_kept_where_another_candidate_was_as_quick() -> None:
@@ -845,3 +845,28 @@ def test_a_baseline_whose_runs_failed_is_not_blamed_on_the_recommendation() -> N
     assert report.recommended is not None
     line = report.baseline.line("val_acc")
     assert "no comparison: the baseline's 1 run(s) ended failed (ValueError: the training set has 1437" in line, line
+
+
+def test_under_device_seconds_a_one_gpu_baseline_is_kept_against_a_two_gpu_pick() -> None:
+    """Wall-clock the two-GPU pick is sooner; in device-seconds (time x GPUs) the one-GPU baseline
+    costs less beyond noise, and --prefer device_seconds_to_target keeps it."""
+    def rec(tid, b, gpus, step_s, **info):
+        return TrialResult.from_record({
+            "trial_id": tid, "params": {"batch_size": b, "lr": 0.01, "num_gpus": gpus}, "status": "ok",
+            "metrics": {"samples_per_s": 1000.0, "val_acc": 0.93, "peak_mem_bytes": 2**20},
+            "info": {"seed": info.pop("seed", 0), "chance_acc": 0.1, **info,
+                     **({"curve": _curve([0.5, 0.8, 0.91, 0.93], step_s=step_s)} if "confirm_of" in info else {})}})
+
+    cfg = tiny_config(objectives=OBJ, space={"num_gpus": [2]}, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 32, "lr": 0.01, "num_gpus": 1})
+    short = [rec(0, 64, 2, 1.0), rec(1, 32, 2, 1.0)]
+    runs = [rec(f"0c{s}", 64, 2, 1.0 + 0.03 * s, confirm_of=0, seed=s) for s in (0, 1)]
+    runs += [rec(f"1c{s}", 32, 2, 1.3 + 0.03 * s, confirm_of=1, seed=s) for s in (0, 1)]
+    runs += [rec(f"baseline-c{s}", 32, 1, 1.2 + 0.03 * s, confirm_of="baseline", seed=s) for s in (0, 1)]
+    wall = decide(cfg, short + runs)
+    assert wall.baseline.speedup > 1 and not wall.baseline.kept and wall.recommended.trial_id == 0
+    dev = decide(cfg, short + runs, prefer=parse_prefer("device_seconds_to_target", cfg.metric_names))
+    assert dev.baseline.kept and dev.baseline.kept_by_devices and dev.recommended.info.confirm_of == "baseline"
+    first = render_summary(dev).splitlines()[0]
+    assert first.startswith("recommendation: keep the baseline (batch_size=32 lr=0.01 num_gpus=1): it reached the "
+                            "val_acc target with fewer device-seconds"), first

@@ -50,6 +50,7 @@ class Baseline:
     level_within_noise: bool | None = None  # None: not read (it reached the target, or no spread measured)
     recommended_gpus: int | None = None  # the recommendation's GPU count: device-seconds are time x GPUs
     kept: bool = False  # the baseline was sooner beyond noise than the search's pick: it stays the recommendation
+    kept_by_devices: bool = False  # ... in device-seconds (--prefer device_seconds_to_target)
 
     @property
     def device_seconds(self) -> tuple[float, float] | None:
@@ -69,6 +70,7 @@ class Baseline:
                 "payback_established": self.payback_runs is not None and self.beyond_noise,
                 "level": self.level, "recommended_level": self.recommended_level,
                 "level_within_noise": self.level_within_noise, "kept": self.kept,
+                "kept_by_devices": self.kept_by_devices,
                 "device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[1],
                 "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0]}
 
@@ -96,6 +98,12 @@ class Baseline:
                 mine, theirs = self.device_seconds
                 devices = (f"; on {self.recommended_gpus} GPU(s) against {p.num_gpus}: {mine:.2f} vs {theirs:.2f} "
                            f"device-s (x{mine / theirs:.2f})")
+            if self.kept and self.kept_by_devices and self.device_seconds is not None:
+                mine, theirs = self.device_seconds
+                return (f"recommendation: keep {name}: it reached the {metric} target with fewer device-seconds "
+                        f"than the search's pick beyond the runs' noise ({theirs:.2f} vs {mine:.2f} device-s; "
+                        f"{self.time_to_target_s:.2f} s vs {self.recommended_s:.2f} s of training){cost}, and "
+                        f"found nothing cheaper")
             if self.kept:
                 return (f"recommendation: keep {name}: it reached the {metric} target sooner than the search's "
                         f"pick beyond the runs' noise ({self.time_to_target_s:.2f} s vs {self.recommended_s:.2f} s "

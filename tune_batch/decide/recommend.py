@@ -204,17 +204,24 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
 
 def _keep_baseline(report: Report, prefer: Prefer) -> Report:
     """The user's baseline stays the recommendation where its confirmation runs reached the target
-    sooner than the search's pick beyond the runs' noise (and it keeps the memory margin): the
-    search recommended, on 3 of 42 stored searches, a config its own runs showed slower than the
-    config the user already had. Wall time only (not under --prefer device_seconds_to_target, nor a
-    goal without a target, where no time is compared)."""
+    sooner than the search's pick beyond the runs' noise (in device-seconds under --prefer
+    device_seconds_to_target), no confirmed candidate's own runs were as quick, and it keeps the
+    memory margin: the search recommended, on 3 of 42 stored searches, a config its own runs
+    showed slower than the config the user already had. Not where the user prefers an objective,
+    nor for a goal without a target (no time is compared there)."""
     b, conf, pick = report.baseline, report.confirmation, report.recommended
-    if (b is None or conf is None or pick is None or prefer == DEVICE_SECONDS or conf.at_length
-            or b.speedup is None or b.speedup >= 1.0 or not b.beyond_noise):
+    if (b is None or conf is None or pick is None or prefer not in (None, TIME_TO_TARGET, DEVICE_SECONDS)
+            or conf.at_length or b.speedup is None or b.speedup_ci is None or b.time_to_target_s is None):
         return report
+    devices = prefer == DEVICE_SECONDS
+    # device-seconds are time x GPUs: the speedup and its interval scale by the GPU counts' ratio
+    scale = b.params.num_gpus / (b.recommended_gpus or 1) if devices else 1.0
+    if not b.speedup * scale < 1.0 - b.speedup_ci * scale:  # sooner than the pick, beyond the noise
+        return report
+    mine = b.time_to_target_s * (b.params.num_gpus if devices else 1)
     # a candidate whose own runs were as quick as the baseline's (the pick is chosen on its runs and
     # its prediction together) leaves "the search found nothing faster" untrue: the pick stands
-    if any(c.time_to_target_s is not None and c.time_to_target_s <= (b.time_to_target_s or 0.0)
+    if any(c.time_to_target_s is not None and c.time_to_target_s * (c.trial.params.num_gpus if devices else 1) <= mine
            for c in conf.candidates if c.trial.trial_id not in conf.excluded):
         return report
     run = next(r for r in b.runs if r.status is Status.OK and r.info.curve)
@@ -222,15 +229,19 @@ def _keep_baseline(report: Report, prefer: Prefer) -> Report:
     if not room.keeps_margin:
         return report
     p, q = b.params, pick.params
+    how = "with fewer device-seconds than" if devices else "sooner than"
+    theirs = (b.recommended_s or 0.0) * (q.num_gpus if devices else 1)
+    unit = "device-s" if devices else "s of training"
     note = Note(NoteKind.DECISION, (
         f"the baseline (batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus}) reached the {conf.metric} "
-        f"target sooner than the search's pick, trial {pick.trial_id} (batch_size={q.batch_size} lr={q.lr:.3g} "
-        f"num_gpus={q.num_gpus}), beyond the runs' noise ({b.time_to_target_s:.2f} s vs {b.recommended_s:.2f} s of "
-        f"training): keep it; the search found nothing faster"))
-    method = (f"baseline: the baseline reached {conf.metric} {conf.target:.4g} sooner than the search's pick, "
+        f"target {how} the search's pick, trial {pick.trial_id} (batch_size={q.batch_size} lr={q.lr:.3g} "
+        f"num_gpus={q.num_gpus}), beyond the runs' noise ({mine:.2f} vs {theirs:.2f} {unit}): keep it; the "
+        f"search found nothing {'cheaper' if devices else 'faster'}"))
+    method = (f"baseline: the baseline reached {conf.metric} {conf.target:.4g} {how} the search's pick, "
               f"beyond the runs' noise, in confirmation runs of {conf.train_samples:.0f} samples")
     return dataclasses.replace(report, recommended=run, method=method, tradeoffs={},
-                               baseline=dataclasses.replace(b, kept=True), notes=(*report.notes, note))
+                               baseline=dataclasses.replace(b, kept=True, kept_by_devices=devices),
+                               notes=(*report.notes, note))
 
 
 def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None, prefer: Prefer) -> Report:
