@@ -769,6 +769,10 @@ def test_a_baseline_sooner_than_the_pick_beyond_noise_stays_the_recommendation(t
 
     assert "Use <b>batch_size 32, lr 0.01, num_gpus 1</b> (your baseline, kept;" in answer_html(report)
     assert "<p class='baseline'>recommendation: keep the baseline (batch_size=32" in answer_html(report)
+    from tune_batch.output.frames import to_frame
+
+    frame = to_frame([*report.records, *report.confirm_runs], report)
+    assert list(frame.loc[frame["recommended"], "trial_id"]) == [str(rec.trial_id)]  # the pandas view agrees
     assert report.headroom(rec).to_dict() is not None and len(report.runs_of(rec)) == 2  # both baseline runs
     write_files(report, tmp_path)
     pareto = json.loads((tmp_path / "pareto.json").read_text())

@@ -40,8 +40,9 @@ def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
             out[f"{m}_mean"], out[f"{m}_ci"] = report.stat(r, m) if point is not None else (None, None)
         # the searched trial's row only (a repeat or confirmation run is a run of it, not a config)
         out["on_front"] = r.searched and any(f.trial_id == r.trial_id for f in report.front)
-        out["recommended"] = (r.searched and report.recommended is not None
-                              and report.recommended.trial_id == r.trial_id)
+        rec = report.recommended  # a kept baseline is its first confirmation run's row
+        out["recommended"] = (rec is not None and rec.trial_id == r.trial_id
+                              and (r.searched or rec.info.confirm_of is not None))
     out["duration_s"] = r.duration_s
     out.update({k: r.info.get(k) for k in INFO_COLUMNS})
     return out
