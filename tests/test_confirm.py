@@ -874,3 +874,15 @@ def test_under_device_seconds_a_one_gpu_baseline_is_kept_against_a_two_gpu_pick(
     first = render_summary(dev).splitlines()[0]
     assert first.startswith("recommendation: keep the baseline (batch_size=32 lr=0.01 num_gpus=1): it reached the "
                             "val_acc target with fewer device-seconds"), first
+
+
+def test_a_payback_without_a_measured_spread_is_not_claimed() -> None:
+    """One confirmation run a side (confirm.seeds = 1): the line said "paid back after 60 run(s)"
+    while pareto.json's payback_established was false."""
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9, "seeds": 1},
+                      baseline={"batch_size": 32, "lr": 0.01})
+    one = [r for r in _baseline_case(3.0) if not str(r.trial_id).endswith("c1")]  # seed 0's runs only
+    b = decide(cfg, one, search_wall_s=100.0).baseline
+    assert b.speedup_ci is None and b.payback_runs is not None and not b.to_dict()["payback_established"]
+    line = b.line("val_acc")
+    assert "paid back after" not in line and "not established without a run-to-run spread" in line, line

@@ -93,6 +93,9 @@ class Baseline:
             if within:  # a saving inside the noise pays nothing back for sure
                 pay = (f"; whether it pays back is not known within that noise (after {self.payback_runs} run(s) "
                        f"at the point estimate)" if self.payback_runs is not None else "")
+            elif self.speedup_ci is None and self.payback_runs is not None:  # no spread: nothing established
+                pay = (f"; whether it pays back is not established without a run-to-run spread (after "
+                       f"{self.payback_runs} run(s) at the point estimate; confirm.seeds >= 2 measures one)")
             devices = ""
             if self.device_seconds is not None and self.recommended_gpus != p.num_gpus:
                 mine, theirs = self.device_seconds
