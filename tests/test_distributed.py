@@ -165,6 +165,7 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.serial  # two-worker gloo groups beside another test process took 143 s here, alone 53 s
 def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> None:
     """num_gpus [1, 2] on Ray with the default sampler (gp with the probe) past its random start:
     a proposal skipped for the batch rules, two-worker trials, and the model's own proposals over
