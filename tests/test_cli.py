@@ -284,3 +284,6 @@ def test_a_baseline_with_confirmation_off_is_said_not_to_be_compared(capsys: pyt
     assert code == 0, err
     assert "baseline: not compared: it is confirmed beside the candidates, and confirmation is off " \
            "(confirm.candidates = 0)" in stdout + err
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.candidates=0")  # said before a run too
+    assert code == 0 and "note: baseline: not compared" in out
+    assert "note:" not in _run(capsys, "validate", QUICK)[1]

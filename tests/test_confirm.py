@@ -536,6 +536,11 @@ def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
     # the baseline is not a candidate and not a search trial
     assert all(c["trial_id"] != "baseline" for c in pareto["confirmation"]["candidates"])
     assert len(res.records) == 3
+    import optuna  # the comparison where optuna-dashboard shows the study
+
+    study = optuna.load_study(study_name=cfg.name, storage=f"sqlite:///{tmp_path / 'run' / 'study.db'}")
+    assert study.user_attrs["tune_batch_baseline"]["params"] == base["params"]
+    assert study.user_attrs["tune_batch_baseline"]["speedup"] == base["speedup"]
 
 
 def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> None:

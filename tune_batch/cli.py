@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
-    from tune_batch.pipeline.search import preflight
+    from tune_batch.pipeline.search import baseline_unused, preflight
 
     cfg = load_config(args.config, args.overrides)
     preflight(cfg)  # the checks a search makes before it writes anything: model, data, batch sizes
@@ -93,6 +93,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
           f"[{cfg.space.lr.low:g}, {cfg.space.lr.high:g}] x num_gpus {cfg.space.num_gpus}; "
           f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; "
           f"objectives {', '.join(cfg.metric_names)})")
+    unused = baseline_unused(cfg)
+    if unused:
+        print(f"note: {unused}")
     return 0
 
 

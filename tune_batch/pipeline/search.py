@@ -228,7 +228,8 @@ def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url
 
     seam.annotate_study(seam.open_storage(storage_url or run_dir.study_url), study_name or config.name, config,
                         report.recommended.trial_id if report.recommended else None, str(run_dir.path.resolve()),
-                        [r.trial_id for r in report.front])
+                        [r.trial_id for r in report.front],
+                        report.baseline.to_dict() if report.baseline is not None else None)
 
 
 def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress: Progress) -> None:
@@ -248,6 +249,15 @@ def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress:
                  f"to browse: mlflow ui --backend-store-uri {uri}")
 
 
+def baseline_unused(config: Config) -> str | None:
+    """Why the config's baseline will not be compared (confirmation is off), or None."""
+    if config.baseline is None or (config.confirm.candidates > 0 and config.confirm_metric is not None):
+        return None
+    why = "(confirm.candidates = 0)" if config.confirm.candidates == 0 else "(no metric to read time to target on)"
+    return (f"baseline: not compared: it is confirmed beside the candidates, and confirmation is off {why}; "
+            f"set confirm.candidates >= 1, or leave baseline out")
+
+
 def records_exist(run_dir: RunDir) -> bool:
     return run_dir.trials_path.exists() and run_dir.trials_path.stat().st_size > 0
 
@@ -264,10 +274,9 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     for w in warnings:
         progress.warn(w)
     progress.records = list(done)  # the front and counts include trials already finished
-    if config.baseline is not None and (config.confirm.candidates == 0 or config.confirm_metric is None):
-        progress.warn("baseline: not compared: it is confirmed beside the candidates, and confirmation is off "
-                      + ("(confirm.candidates = 0)" if config.confirm.candidates == 0 else "(no metric to read "
-                         "time to target on)") + "; set confirm.candidates >= 1, or leave baseline out")
+    unused = baseline_unused(config)
+    if unused:
+        progress.warn(unused)
     if config.confirm_metric is None and config.confirm.candidates > 0:
         progress.say("confirmation: off: none of the objectives is a metric train.evaluate returns, to read time to "
                      "target on (confirm.metric)")

@@ -145,10 +145,10 @@ FRONT_ATTR = "tune_batch_front"
 
 
 def annotate_study(storage: optuna.storages.BaseStorage, study_name: str, config: Config, recommended: Any,
-                   run_dir: str, front: list[Any] | None = None) -> None:
+                   run_dir: str, front: list[Any] | None = None, baseline: dict[str, Any] | None = None) -> None:
     """Objective names on the study (unless it has some); the recommended trial, the run
-    directory and tune_batch's final front (trial numbers) as study user attributes. A study that
-    does not exist is left alone."""
+    directory, the baseline comparison (``pareto.json``'s ``baseline``) and tune_batch's final
+    front (trial numbers) as study user attributes. A study that does not exist is left alone."""
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:
@@ -156,6 +156,8 @@ def annotate_study(storage: optuna.storages.BaseStorage, study_name: str, config
     name_study(study, config)
     study.set_user_attr("tune_batch_recommended_trial", recommended)
     study.set_user_attr("tune_batch_run_dir", run_dir)
+    if baseline is not None:  # the summary's first line, where optuna-dashboard shows the study
+        study.set_user_attr("tune_batch_baseline", baseline)
     if front is None:
         return
     # (a finished Optuna trial cannot be given attributes: the study holds the list)
