@@ -24,7 +24,7 @@ from tune_batch.analysis.pareto import (
 )
 from tune_batch.analysis.points import NoiseLevel, Point, group_runs, noise_levels, points, step_key
 from tune_batch.config import Config, sizes
-from tune_batch.config.metrics import OBJECTIVE_METRICS
+from tune_batch.config.metrics import OBJECTIVE_METRICS, is_evaluated
 from tune_batch.measure.oom import cap_bytes
 from tune_batch.store.records import Status, TrialResult
 
@@ -50,10 +50,16 @@ class Report:
     baseline: Any = None  # baseline.Baseline: the user's current config confirmed beside the candidates
 
     @property
+    def baseline_kept(self) -> bool:
+        """Whether the recommendation is the user's baseline (its first confirmation run stands for
+        it: a config the search did not propose)."""
+        return self.recommended is not None and self.recommended.info.confirm_of is not None
+
+    @property
     def recommended_on_front(self) -> bool | None:
         """Whether the recommended config is on the front (a confirmed one need not be); None
-        without one, or where it is the user's baseline (a config the search did not propose)."""
-        if self.recommended is None or self.recommended.info.confirm_of is not None:
+        without one, or where it is the user's baseline."""
+        if self.recommended is None or self.baseline_kept:
             return None
         return any(r.trial_id == self.recommended.trial_id for r in self.front)
 
@@ -112,7 +118,7 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
     # the quality the user chose (val_acc, or any val_* / eval_* the evaluation returns: a loss
     # user saw no loss in these lines); utilization only where it is an objective (on a CPU it is
     # a diagnostic of the machine, not a property of the config)
-    quality = ["val_acc"] + [m for m in names if m != "val_acc" and m not in OBJECTIVE_METRICS]
+    quality = ["val_acc"] + [m for m in names if is_evaluated(m)]
     for metric, label in [(m, m) for m in quality] + [("device_util", "utilization")] * ("device_util" in names):
         (a, ac), (b, bc) = report.stat(point, metric), report.stat(rec, metric)
         if a is not None and b is not None:

@@ -5,6 +5,8 @@ Definitions live in DESIGN.md; units are in the names. Statuses are ``store.reco
 
 from __future__ import annotations
 
+import re
+
 #: Metrics a trial measures that can be chosen as objectives, with their natural direction.
 OBJECTIVE_METRICS: dict[str, str] = {
     "samples_per_s": "maximize",
@@ -16,3 +18,8 @@ OBJECTIVE_METRICS: dict[str, str] = {
     "duration_s": "minimize",
     "goodput": "maximize",
 }
+
+
+def is_evaluated(name: str) -> bool:
+    """Whether ``name`` is a metric the user's evaluation returns (val_* / eval_*), not a built-in one."""
+    return name not in OBJECTIVE_METRICS and re.fullmatch(r"(val|eval)_\w+", name) is not None

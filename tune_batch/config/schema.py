@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tune_batch.config.metrics import OBJECTIVE_METRICS
+from tune_batch.config.metrics import OBJECTIVE_METRICS, is_evaluated
 from tune_batch.config.sizes import parse_memory
 from tune_batch.config.space import SpaceConfig
 from tune_batch.config.train import OptimizerConfig, TrainConfig
@@ -79,7 +79,7 @@ class ObjectiveConfig(_Section):
     @field_validator("metric")
     @classmethod
     def _known(cls, v: str) -> str:
-        if v not in OBJECTIVE_METRICS and not re.fullmatch(r"(val|eval)_\w+", v):
+        if v not in OBJECTIVE_METRICS and not is_evaluated(v):
             raise ValueError(f"allowed: {', '.join(OBJECTIVE_METRICS)}, or a val_* / eval_* metric the evaluation "
                              f"returns")
         return v

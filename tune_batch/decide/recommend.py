@@ -218,7 +218,7 @@ def _keep_baseline(report: Report, prefer: Prefer) -> Report:
     scale = b.params.num_gpus / (b.recommended_gpus or 1) if devices else 1.0
     if not b.speedup * scale < 1.0 - b.speedup_ci * scale:  # sooner than the pick, beyond the noise
         return report
-    mine = b.time_to_target_s * (b.params.num_gpus if devices else 1)
+    theirs, mine = (b.device_seconds or (0.0, 0.0)) if devices else (b.recommended_s or 0.0, b.time_to_target_s)
     # a candidate whose own runs were as quick as the baseline's (the pick is chosen on its runs and
     # its prediction together) leaves "the search found nothing faster" untrue: the pick stands
     if any(c.time_to_target_s is not None and c.time_to_target_s * (c.trial.params.num_gpus if devices else 1) <= mine
@@ -230,7 +230,6 @@ def _keep_baseline(report: Report, prefer: Prefer) -> Report:
         return report
     p, q = b.params, pick.params
     how = "with fewer device-seconds than" if devices else "sooner than"
-    theirs = (b.recommended_s or 0.0) * (q.num_gpus if devices else 1)
     unit = "device-s" if devices else "s of training"
     note = Note(NoteKind.DECISION, (
         f"the baseline (batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus}) reached the {conf.metric} "

@@ -41,8 +41,7 @@ def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
         # the searched trial's row only (a repeat or confirmation run is a run of it, not a config)
         out["on_front"] = r.searched and any(f.trial_id == r.trial_id for f in report.front)
         rec = report.recommended  # a kept baseline is its first confirmation run's row
-        out["recommended"] = (rec is not None and rec.trial_id == r.trial_id
-                              and (r.searched or rec.info.confirm_of is not None))
+        out["recommended"] = (rec is not None and rec.trial_id == r.trial_id and (r.searched or report.baseline_kept))
     out["duration_s"] = r.duration_s
     out.update({k: r.info.get(k) for k in INFO_COLUMNS})
     return out

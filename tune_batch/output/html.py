@@ -154,23 +154,17 @@ def _curves(report: Report) -> Any:
     return fig
 
 
-def _quality_name(report: Report) -> str:
-    """What the batch x lr map colours by: accuracy, or the metric the confirmation reads."""
-    if any(r.metrics.val_acc is not None for r in report.records) or report.config.confirm_metric is None:
-        return "Accuracy"
-    return report.config.confirm_metric[0]
-
-
 def render_html(report: Report) -> str:
     """The whole page as a string: the answer first, then the seed's picture, accuracy over
     batch size x learning rate, the objective pairs, the curves and the table."""
     import plotly.io as pio
 
-    from tune_batch.output.views import answer_html, heat_figure, seed_figure
+    from tune_batch.output.views import answer_html, heat_figure, heat_metric, seed_figure
 
     data = figure_data(report)
+    heat = heat_metric(report)[0].replace("val_acc", "Accuracy")
     views = [("tb-seed", "Throughput and memory against batch size", seed_figure(report)),
-             ("tb-heat", f"{_quality_name(report)} over batch size and learning rate", heat_figure(report)),
+             ("tb-heat", f"{heat} over batch size and learning rate", heat_figure(report)),
              ("tb-front", "Objectives against each other, and every trial", _figure(report, data)),
              ("tb-parallel", "Every feasible trial across parameters and objectives (red: Pareto front)",
               _parallel(report, data)),

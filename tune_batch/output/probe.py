@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from tune_batch.config.metrics import is_evaluated
 from tune_batch.store.records import Status, TrialResult
 
 
@@ -68,7 +68,7 @@ def _trace_flag(res: TrialResult, found: int | None) -> list[str]:
 
 def _evaluated(m: Any) -> dict[str, float]:
     """The metrics ``train.evaluate`` returned (val_* / eval_*) other than val_acc."""
-    return {k: v for k, v in m.other.items() if re.fullmatch(r"(val|eval)_\w+", k) and isinstance(v, int | float)}
+    return {k: v for k, v in m.other.items() if is_evaluated(k) and isinstance(v, int | float)}
 
 
 def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:

@@ -153,7 +153,7 @@ def render_summary(report: Report) -> str:
     rec = report.recommended
     if rec is not None:
         p = rec.params
-        which = "the baseline, kept" if rec.info.confirm_of is not None else f"trial {rec.trial_id}; {how}"
+        which = "the baseline, kept" if report.baseline_kept else f"trial {rec.trial_id}; {how}"
         lines.append(f"recommended: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus} ({which})")
         room = report.headroom(rec)
         lines += [f"  {line}" for line in (growth_line(room), room.line()) if line]

@@ -35,7 +35,7 @@ def answer_html(report: Report) -> str:
     rec = report.recommended
     if rec is not None:
         p = rec.params
-        which = "your baseline, kept" if rec.info.confirm_of is not None else f"trial {rec.trial_id}"
+        which = "your baseline, kept" if report.baseline_kept else f"trial {rec.trial_id}"
         head = (f"<p class='answer'>Use <b>batch_size {p.batch_size}, lr {p.lr:.4g}, num_gpus {p.num_gpus}</b> "
                 f"({html.escape(which)}; chosen by {html.escape(report.method)}).</p>")
     elif report.front:
@@ -133,15 +133,20 @@ def seed_figure(report: Report) -> Any:
     return fig
 
 
+def heat_metric(report: Report) -> tuple[str, str]:
+    """(name, direction) of what the batch x lr map colours by: val_acc where a trial measured it,
+    else the metric the confirmation reads (a loss)."""
+    if any(r.metrics.val_acc is not None for r in report.records) or report.config.confirm_metric is None:
+        return "val_acc", "maximize"
+    return report.config.confirm_metric
+
+
 def heat_figure(report: Report) -> Any:
     """The quality metric of every trial (val_acc, or the loss the confirmation reads) over batch
     size x learning rate (colour: yellow is better either way), infeasible ones as grey crosses;
     None when no trial measured it."""
-    metric, direction = "val_acc", "maximize"
+    metric, direction = heat_metric(report)
     ok = [r for r in report.records if is_feasible(r, [metric])]
-    if not ok and report.config.confirm_metric is not None:
-        metric, direction = report.config.confirm_metric
-        ok = [r for r in report.records if is_feasible(r, [metric])]
     if not ok:
         return None
     import plotly.graph_objects as go
