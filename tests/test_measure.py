@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
+from tune_batch.measure import flops
 from tune_batch.measure.flops import datasheet_peak, measure_peak, model_flops_per_sample
 from tune_batch.measure.gpu_window import GpuSample, samples_in_window
 from tune_batch.measure.nvml import GpuSampler
@@ -83,6 +84,19 @@ def test_measured_cpu_peak_covers_matmul_and_conv() -> None:
     peak, rates = measure_peak(torch.device("cpu"), torch.float32)
     assert any(k.startswith("matmul") for k in rates) and any(k.startswith("conv3x3") for k in rates)
     assert peak == max(rates.values()) > 1e9
+
+
+def test_a_slow_kernel_is_read_once_and_its_larger_sizes_are_skipped(monkeypatch) -> None:
+    # bfloat16 on a CPU without AVX-512 BF16 took 67 s per 2048 matmul: the peak took 4.5 min
+    calls = []
+    rate, first = flops._best_rate(lambda: (calls.append(1), time.sleep(0.02)), 1e9, lambda: None)
+    assert len(calls) > 3 and rate > 0  # a fast kernel: warm-up, then repeats
+    monkeypatch.setattr(flops, "SLOW_CALL_S", 0.0)  # every call counts as slow
+    calls.clear()
+    rate, first = flops._best_rate(lambda: (calls.append(1), time.sleep(0.02)), 1e9, lambda: None)
+    assert calls == [1] and rate == pytest.approx(1e9 / first)
+    peak, rates = measure_peak(torch.device("cpu"), torch.float32)
+    assert sorted(rates) == ["conv3x3 16x64x32x32 fwd+bwd", "matmul 512"] and peak == max(rates.values())
 
 
 def test_mfu_above_one_is_flagged_not_clipped() -> None:
