@@ -87,3 +87,69 @@ def chance_floor(config: Config, records: Sequence[TrialResult]) -> tuple[float,
     rates = [r.info.chance_acc for r in records if r.info.chance_acc is not None]
     chance = max(rates) if rates else 1.0 / config.model.num_classes
     return chance, chance + 1.96 * math.sqrt(chance * (1 - chance) / max(1, config.data.val_samples))
+
+
+def digamma(x: float) -> float:
+    """psi(x) = d/dx log Gamma(x), x > 0: the recurrence up to x >= 6, then the asymptotic series."""
+    acc = 0.0
+    while x < 6.0:
+        acc -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    return acc + math.log(x) - 0.5 / x - f * (1 / 12 - f * (1 / 120 - f * (1 / 252 - f / 240)))
+
+
+def trigamma(x: float) -> float:
+    """psi'(x), x > 0: the recurrence up to x >= 6, then the asymptotic series."""
+    acc = 0.0
+    while x < 6.0:
+        acc += 1.0 / (x * x)
+        x += 1.0
+    f = 1.0 / (x * x)
+    return acc + 1.0 / x + f / 2 + f / x * (1 / 6 - f * (1 / 30 - f * (1 / 42 - f / 30)))
+
+
+def _trigamma_inverse(y: float) -> float:
+    """The x > 0 with trigamma(x) = y (trigamma decreases): bisection on log x."""
+    lo, hi = -20.0, 20.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if trigamma(math.exp(mid)) > y:
+            lo = mid
+        else:
+            hi = mid
+    return math.exp((lo + hi) / 2)
+
+
+def variance_prior(spreads: Sequence[tuple[float, int]]) -> tuple[float, float]:
+    """(s0^2, d0): the typical variance of the groups whose (variance, degrees of freedom) are
+    ``spreads``, and how many degrees of freedom it is worth for one group, by empirical Bayes
+    (Smyth 2004, limma's moment fit of a scaled F distribution to the log variances). d0 is
+    infinite where the log variances spread no more than sampling alone would make them (the
+    groups share one variance); then s0^2 is their bias-corrected geometric mean. Groups with a
+    zero variance (every run the same value) are left out. (nan, 0) where no group is left."""
+    pairs = [(v, d) for v, d in spreads if v > 0 and d > 0]
+    if not pairs:
+        return math.nan, 0.0
+    e = [math.log(v) - digamma(d / 2) + math.log(d / 2) for v, d in pairs]
+    mean = statistics.fmean(e)
+    g = len(e)
+    excess = (sum((x - mean) ** 2 for x in e) / (g - 1) if g > 1 else 0.0) \
+        - statistics.fmean(trigamma(d / 2) for _, d in pairs)
+    if g < 2 or excess <= 0:
+        return math.exp(mean), math.inf
+    d0 = 2 * _trigamma_inverse(excess)
+    return math.exp(mean + digamma(d0 / 2) - math.log(d0 / 2)), d0
+
+
+def moderated(prior: tuple[float, float, int], own: tuple[float, int] | None) -> tuple[float, float]:
+    """(variance, degrees of freedom) of one group under the prior ``(s0^2, d0, df)`` of
+    ``variance_prior`` (``df``: the degrees of freedom it was fitted on): with the group's own
+    ``(variance, df)``, the two weighted by their degrees of freedom (Smyth 2004, eq. 2); without,
+    the prior. An infinite d0 counts as ``df`` (the groups' one shared variance)."""
+    s0, d0, df = prior
+    d0 = min(d0, df)
+    if own is None or own[1] < 1:
+        return s0, d0
+    v, d = own
+    return (d0 * s0 + d * v) / (d0 + d), d0 + d
