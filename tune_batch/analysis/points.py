@@ -22,21 +22,19 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tune_batch.analysis.noise import moderated, t95, variance_prior
+from tune_batch.analysis.noise import t95
 from tune_batch.store.records import Status, TrialResult
 
 RELATIVE = ("samples_per_s", "model_flops_per_s", "mfu")  # noise proportional to the value
 # shares in [0, 1] whose seed spread depends on their level (a config at 0.98 cannot move by
 # +-0.2; one at 0.5 can): pooled on the log-odds scale, log(p / (1 - p)), and read back at each
-# config's own level. scripts/bench_noise_model.py scores raw, log-odds and arcsine pooling on
-# stored searches: on its development half the arcsine was ahead by a little (worst band
-# coverage error 0.089 against 0.109), on the held-out half and on 13 later searches log-odds by
-# far (0.048 and 0.075 against 0.236 and 0.283); README, "Reading the front"
+# config's own level. Scored on stored searches against raw and arcsine pooling (2026-12-01),
+# and against each config's own spread counted beside the pooled one (2026-12-05, not better):
+# docs/benchmarks.md, "Retrospective studies"; README, "Reading the answer"
 SHARES = ("val_acc",)
 SHOWN_LEVELS = (0.5, 0.8, 0.95, 0.99)  # where a share's +- is printed (terminal, pareto.json)
 # properties of the step, not of the learning rate: pooled over every run of the same step
 STEP_WORK = ("samples_per_s", "model_flops_per_s", "mfu", "device_util", "peak_mem_bytes")
-SHARE_MODEL = "pooled"  # how the SHARES' noise is modelled (noise_levels); scripts/bench_noise_model.py
 
 
 _SHARE_EPS = 1e-3  # a share of exactly 0 or 1 is read this far inside, so its log-odds is finite
@@ -63,20 +61,13 @@ class NoiseLevel:
     relative: bool
     how: str
     share: bool = False
-    # (s0^2, d0, df) on the share scale where each config's own spread counts beside the typical
-    # one (noise.variance_prior); half_width is then a config's without runs of its own
-    prior: tuple[float, float, int] | None = None
 
-    def of(self, value: float, n: int, own: Sequence[float] = ()) -> float | None:
+    def of(self, value: float, n: int) -> float | None:
         """The 95 % half-width of a mean of ``n`` runs at ``value``, in the metric's units (on the
-        share scale: half the width of the interval read back at ``value``, within [0, 1]).
-        ``own``: the config's runs, whose spread counts where the level has a ``prior``."""
+        share scale: half the width of the interval read back at ``value``, within [0, 1])."""
         if self.half_width is None:
             return None
         h = self.half_width / math.sqrt(max(n, 1))
-        if self.prior is not None and len(own) >= 2:
-            var, df = moderated(self.prior, (statistics.variance([share_scale(v) for v in own]), len(own) - 1))
-            h = t95(int(min(df, 1000))) * math.sqrt(var / max(n, 1))
         if self.share:
             x = share_scale(value)
             return (from_share_scale(x + h) - from_share_scale(x - h)) / 2
@@ -174,36 +165,26 @@ def _values(runs: Sequence[TrialResult], metric: str) -> list[float]:
     return [v for r in runs if (v := r.metrics.value(metric)) is not None and math.isfinite(v)]
 
 
-def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
-                 share_model: str = SHARE_MODEL) -> dict[str, NoiseLevel]:
-    """Per metric, the noise of one run (see the module docstring). ``share_model`` for the
-    SHARES: "pooled" (one variance for every config) or "moderated" (each config's own spread
-    beside the typical one)."""
+def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]) -> dict[str, NoiseLevel]:
     out = {}
     steps = step_groups(groups)
     for m in metrics:
         rel, step, share = m in RELATIVE, m in STEP_WORK, m in SHARES
-        spreads = []
+        ss, df, n_groups = 0.0, 0, 0
         for runs in (steps if step else groups).values():
             vals = _values(runs, m)
             if len(vals) < 2:
                 continue
             mean = statistics.fmean(vals)
             scaled = [v / mean for v in vals] if rel and mean else [share_scale(v) for v in vals] if share else vals
-            spreads.append((statistics.variance(scaled), len(vals) - 1))
-        df = sum(d for _, d in spreads)
+            ss += statistics.variance(scaled) * (len(vals) - 1)
+            df += len(vals) - 1
+            n_groups += 1
         if df:
-            what = (f"{len(spreads)} step(s) measured more than once (batch sizes; any learning rate, any seed)"
-                    if step else f"{len(spreads)} config(s) measured with several seeds")
-            s0, d0 = variance_prior(spreads) if share and share_model == "moderated" else (math.nan, 0.0)
-            if math.isnan(s0):
-                out[m] = NoiseLevel(t95(df) * math.sqrt(sum(v * d for v, d in spreads) / df), rel,
-                                    f"run-to-run spread pooled over {what}"
-                                    + (" on the log-odds scale" if share else ""), share)
-            else:
-                out[m] = NoiseLevel(t95(int(min(d0, df))) * math.sqrt(s0), rel,
-                                    f"the typical run-to-run spread of {what}, on the log-odds scale; a config with "
-                                    f"seeds of its own counts their spread beside it", share, (s0, d0, df))
+            what = (f"{n_groups} step(s) measured more than once (batch sizes; any learning rate, any seed)" if step
+                    else f"{n_groups} config(s) measured with several seeds")
+            out[m] = NoiseLevel(t95(df) * math.sqrt(ss / df), rel, f"run-to-run spread pooled over {what}"
+                                + (" on the log-odds scale" if share else ""), share)
         elif m == "samples_per_s":
             rels = [r.metrics.samples_per_s_ci / r.metrics.samples_per_s for runs in groups.values() for r in runs
                     if r.metrics.samples_per_s_ci is not None and r.metrics.samples_per_s]
@@ -232,7 +213,7 @@ def points(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
                 continue
             mean[m] = statistics.fmean(vals)
             level = noise.get(m)
-            ci[m] = level.of(mean[m], len(vals), vals) if level is not None else None
+            ci[m] = level.of(mean[m], len(vals)) if level is not None else None
             if ci[m] is None and m == "samples_per_s" and len(vals) == 1:
                 ci[m] = runs[0].metrics.samples_per_s_ci
         out.append(Point(runs[0], tuple(runs), mean, ci, len(same_step)))
