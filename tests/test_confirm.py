@@ -217,10 +217,12 @@ def test_nothing_learned_is_said_and_not_recommended() -> None:
 
 
 
-def test_an_accurate_config_off_the_front_counts_as_learned() -> None:
+def test_accurate_configs_among_noisy_ones_are_learned_and_on_the_front() -> None:
     # a waves_conv1d search's short trials (6 classes, chance 0.178): two noisy configs measured
-    # with three seeds widen val_acc's pooled noise so much that fast configs near chance dominate
-    # the accurate, slower ones; the front is all near chance, yet batch 16 read 0.74 on 3 seeds
+    # with three seeds widen val_acc's pooled noise so much that each faster config near chance
+    # dominates a slower, more accurate one inside the noise; when any dominating config put one
+    # off the front, the front was all near chance (0.17-0.39), yet batch 16 read 0.74 on 3 seeds
+    # and the search said "nothing was learned". Now only front configs put others off.
     cfg = tiny_config(objectives=OBJ)
     sps = {16: 4000, 32: 6500, 64: 9000, 128: 10900, 256: 11600, 512: 11400}
     rows = [(0, 64, 0.528), (1, 16, 0.625), (2, 32, 0.325), (3, 32, 0.704), (4, 32, 0.674), (5, 512, 0.172),
@@ -231,8 +233,8 @@ def test_an_accurate_config_off_the_front_counts_as_learned() -> None:
         recs.append(_rec(f"{tid}s{seed}", sps[b], acc, b=b, lr=1e-3 * (tid + 1), chance_acc=0.178, repeat_of=tid,
                          seed=seed))
     report = decide(cfg, recs)
-    assert 10 not in [t.trial_id for t in report.front]  # the case: off the front
-    assert max(report.points[t.trial_id].mean["val_acc"] for t in report.front) < 0.4
+    front_acc = {t.trial_id: report.points[t.trial_id].mean["val_acc"] for t in report.front}
+    assert max(front_acc.values()) > 0.7 and min(front_acc.values()) < 0.4, front_acc  # was 0.17-0.39
     assert report.learned and report.recommended is not None
     assert "nothing was learned" not in render_summary(report)
     # so confirmation takes the most accurate config, not three spread over the learning rates

@@ -83,6 +83,21 @@ def test_a_difference_inside_the_noise_does_not_dominate() -> None:
     assert noisy_non_dominated([[100, 0.90], [98, 0.89]], [[None, None], [None, None]], d) == [0]
 
 
+def test_only_a_front_point_puts_another_off_the_front() -> None:
+    # samples/s and val_acc: each config faster than the one before beyond the noise and 0.1 less
+    # accurate, inside the noise (0.17 combined) of its neighbour and beyond it two steps away.
+    # When any dominating point put one off, the chain left only the fastest (0.46), which 0.66
+    # and 0.76 beat beyond the noise in val_acc.
+    d = ["maximize", "maximize"]
+    vals = [[1000, 0.76], [2000, 0.66], [3000, 0.56], [4000, 0.46]]
+    cis = [[50, 0.12]] * 4
+    # 3 dominates 2, which is off; 2 does not count against 1, which stays and puts 0 off
+    assert noisy_non_dominated(vals, cis, d) == [1, 3]
+    # the order of the list does not matter: the order of the domination does
+    assert noisy_non_dominated(vals[::-1], cis, d) == [0, 2]
+    assert noisy_non_dominated(vals[:3], cis[:3], d) == [0, 2]
+
+
 def test_repeats_give_means_half_widths_and_the_noise(tmp_path: Path) -> None:
     cfg = _cfg()
     recs = [_rec(0, 1000, 0.95), _rec(1, 1500, 0.60, b=64), _rec(2, 1020, 0.50),
