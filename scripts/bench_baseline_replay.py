@@ -9,7 +9,8 @@ with a baseline and a recommendation this prints:
   over the recommendation's) and its 95 % half-width two ways: as it was computed until
   2026-12-05 (each side's own runs, the normal 1.96) and as it is now (the log times' spread
   pooled over every confirmed config and the baseline, Student's t of the pooled degrees of
-  freedom); whether each reads beyond noise;
+  freedom; since 2026-12-05 (later) an interval on the log scale, speedup x exp(+-w), where it
+  was speedup +- speedup x w); whether each reads beyond noise;
 - the search's pick before the baseline rule (``baseline: kept`` replaces it) and whether the
   baseline is now kept (``decide.recommend._keep_baseline``: the baseline sooner than the pick
   beyond noise, no candidate's own runs as quick, the memory margin kept).
@@ -74,7 +75,7 @@ def read(run: Path) -> dict | None:
         old = old_ci(b.speedup, reach_times([r for r in b.runs if r.info.curve], conf.target, conf.maximize),
                      reach_times(best.runs, conf.target, conf.maximize))
     now = decide(cfg, recs)
-    return {"run": run.name, "speedup": b.speedup, "ci_old": old, "ci_new": b.speedup_ci,
+    return {"run": run.name, "speedup": b.speedup, "ci_old": old, "interval": b.speedup_interval,
             "beyond_old": b.speedup is not None and old is not None and abs(b.speedup - 1) > old,
             "beyond_new": b.beyond_noise, "kept": now.baseline is not None and now.baseline.kept,
             "pick": None if pick is None else f"{pick.params.batch_size}/{pick.params.lr:.3g}",
@@ -97,12 +98,13 @@ def main(argv: list[str] | None = None) -> None:
                     row["set"] = tgz.name
                     rows.append(row)
     fmt = lambda x, f=".3f": "-" if x is None else f"{x:{f}}"  # noqa: E731
+    iv = lambda x: "-" if x is None else f"{x[0]:.2f}-{x[1]:.2f}"  # noqa: E731
     print(f"{'search':58s} {'pick':>12s} {'pick s':>7s} {'base s':>7s} {'speedup':>8s} {'+- old':>7s} "
-          f"{'+- now':>7s}  beyond old/now  kept")
+          f"{'95 % now':>12s}  beyond old/now  kept")
     for r in rows:
         name = r["set"].removesuffix(".tgz") + "/" + r["run"]
         print(f"{name:58s} {r['pick'] or '-':>12s} {fmt(r['pick_s'], '.2f'):>7s} {fmt(r['baseline_s'], '.2f'):>7s}"
-              f" {fmt(r['speedup']):>8s} {fmt(r['ci_old']):>7s} {fmt(r['ci_new']):>7s}"
+              f" {fmt(r['speedup']):>8s} {fmt(r['ci_old']):>7s} {iv(r['interval']):>12s}"
               f"  {str(r['beyond_old']):>5s}/{str(r['beyond_new']):5s}  {r['kept']}")
     with_speedup = [r for r in rows if r["speedup"] is not None]
     slower_old = [r for r in with_speedup if r["beyond_old"] and r["speedup"] < 1]

@@ -5,6 +5,7 @@ a search that learned nothing recommends nothing."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -679,6 +680,28 @@ def test_a_payback_is_claimed_only_for_a_speedup_beyond_the_runs_noise() -> None
     assert clear.to_dict()["payback_established"] is True
 
 
+def test_the_speedups_interval_is_a_ratios_from_the_log_times() -> None:
+    from tune_batch.decide.baseline import Baseline
+    from tune_batch.store.records import Params
+
+    p = Params(batch_size=32, lr=0.01, num_gpus=1)
+    # a quickstart run here: 1.42 with a log-scale half-width of 2.22 / 1.42 printed "1.42 +- 2.22"
+    wide = Baseline(p, (), 7.75, 2, 0.99, 1.42, 2.22, None, 5.46, 165.0, 72)
+    lo, hi = wide.speedup_interval
+    assert lo == pytest.approx(1.42 * math.exp(-2.22 / 1.42)) and hi == pytest.approx(1.42 * math.exp(2.22 / 1.42))
+    assert 0 < lo < 1 < hi and not wide.beyond_noise
+    assert f"speedup 1.42, 95 % {lo:.2f}-{hi:.2f} (within the runs' noise)" in wide.line("val_acc")
+    assert "+-" not in wide.line("val_acc") and wide.to_dict()["speedup_interval"] == [lo, hi]
+    # a stored mlp_adamw_images search: 6.06 with 7.88, "within noise" by 6.06 +- 7.88, is
+    # 1.65-22.3 on the log scale the half-width was computed on: beyond it
+    far = Baseline(p, (), 1.22, 2, 0.99, 6.062, 7.882, None, 0.20, 100.0, 100)
+    assert far.speedup_interval[0] > 1 and far.beyond_noise
+    # below 1 the other way: 0.62 with 0.304 was beyond the symmetric interval (< 0.696) and is
+    # not beyond the ratio's (0.38-1.01)
+    near = Baseline(p, (), 4.81, 2, 0.99, 0.620, 0.304, None, 7.76, 100.0, None)
+    assert near.speedup_interval[1] > 1 and not near.beyond_noise
+
+
 def test_a_baseline_that_misses_the_target_by_less_than_the_noise_is_not_shown_slower() -> None:
     cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
                       baseline={"batch_size": 16, "lr": 0.01})
@@ -836,6 +859,8 @@ def test_the_baseline_comparison_goes_to_mlflow(tmp_path: Path) -> None:
     uri, run_id, _ = log_to_mlflow(report, tmp_path)
     run = MlflowClient(uri).get_run(run_id)
     assert run.data.metrics["baseline_speedup"] == pytest.approx(report.baseline.speedup)
+    assert (run.data.metrics["baseline_speedup_low"], run.data.metrics["baseline_speedup_high"]) == pytest.approx(
+        report.baseline.speedup_interval)
     assert run.data.metrics["baseline_time_to_target_s"] == pytest.approx(report.baseline.time_to_target_s)
     assert run.data.tags["baseline_kept"] == "True"
     assert json.loads(run.data.tags["baseline_params"]) == {"batch_size": 32, "lr": 0.01, "num_gpus": 1}

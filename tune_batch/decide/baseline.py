@@ -38,7 +38,9 @@ class Baseline:
     reached: int
     best_value: float | None  # the best value of the target metric its runs reached
     speedup: float | None  # baseline's time to target / the recommendation's
-    speedup_ci: float | None  # 95 % half-width (delta method on the runs' log times); None with < 2 runs a side
+    # speedup x the 95 % half-width of the log speedup (the runs' log times, pooled): the interval is
+    # speedup x exp(+- speedup_ci / speedup) (``speedup_interval``); None with < 2 runs a side
+    speedup_ci: float | None
     speedup_at_least: float | None  # the baseline never reached it: its whole training time / the recommendation's
     recommended_s: float | None  # the recommendation's time to target
     search_wall_s: float | None  # the whole search, start-up included (every invocation)
@@ -65,6 +67,7 @@ class Baseline:
         return {"params": self.params.to_dict(), "time_to_target_s": self.time_to_target_s,
                 "reached_target": f"{self.reached} of {len(self.runs)}", "best_value": self.best_value,
                 "runs": [r.trial_id for r in self.runs], "speedup": self.speedup, "speedup_ci": self.speedup_ci,
+                "speedup_interval": None if self.speedup_interval is None else list(self.speedup_interval),
                 "speedup_at_least": self.speedup_at_least, "recommended_time_to_target_s": self.recommended_s,
                 "search_wall_s": self.search_wall_s, "payback_runs": self.payback_runs,
                 "payback_established": self.payback_runs is not None and self.beyond_noise,
@@ -75,9 +78,19 @@ class Baseline:
                 "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0]}
 
     @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        """The speedup's 95 % interval, from the log times (a ratio's interval is not symmetric:
+        1.42 +- 2.22 read as if 0 and below were possible; it is 0.32-6.3)."""
+        if self.speedup is None or self.speedup_ci is None or self.speedup <= 0:
+            return None
+        w = self.speedup_ci / self.speedup
+        return self.speedup * math.exp(-w), self.speedup * math.exp(w)
+
+    @property
     def beyond_noise(self) -> bool:
         """Whether the speedup's 95 % interval leaves out 1 (known only with two runs a side)."""
-        return self.speedup is not None and self.speedup_ci is not None and abs(self.speedup - 1.0) > self.speedup_ci
+        iv = self.speedup_interval
+        return iv is not None and (iv[0] > 1.0 or iv[1] < 1.0)
 
     def line(self, metric: str) -> str:
         """The summary's first line."""
@@ -85,7 +98,8 @@ class Baseline:
         name = f"the baseline (batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus})"
         cost = f"; the search cost {self.search_wall_s:.0f} s" if self.search_wall_s is not None else ""
         if self.speedup is not None:
-            ci = f" +- {self.speedup_ci:.2f}" if self.speedup_ci is not None else " (no run-to-run spread measured)"
+            iv = self.speedup_interval
+            ci = f", 95 % {iv[0]:.2f}-{iv[1]:.2f}" if iv is not None else " (no run-to-run spread measured)"
             within = self.speedup_ci is not None and not self.beyond_noise
             how = " (within the runs' noise)" if within else ""
             pay = (f", paid back after {self.payback_runs} run(s) to the target" if self.payback_runs is not None
@@ -134,9 +148,10 @@ class Baseline:
 
 
 def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float]) -> float | None:
-    """95 % half-width of the speedup (delta method on the log times): the log times' spread pooled
-    over every confirmed config and the baseline, with Student's t of its degrees of freedom.
-    (Two runs a side and the normal 1.96 gave one degree of freedom a side the width of many.)"""
+    """The speedup x the 95 % half-width of its log: the log times' spread pooled over every
+    confirmed config and the baseline, with Student's t of its degrees of freedom (two runs a side
+    and the normal 1.96 gave one degree of freedom a side the width of many). The interval is
+    ``Baseline.speedup_interval``."""
     if not mine or not theirs:
         return None
     groups = [[math.log(t) for t in reach_times(c.runs, conf.target, conf.maximize) if t > 0]

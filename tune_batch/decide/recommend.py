@@ -216,7 +216,8 @@ def _keep_baseline(report: Report, prefer: Prefer) -> Report:
     devices = prefer == DEVICE_SECONDS
     # device-seconds are time x GPUs: the speedup and its interval scale by the GPU counts' ratio
     scale = b.params.num_gpus / (b.recommended_gpus or 1) if devices else 1.0
-    if not b.speedup * scale < 1.0 - b.speedup_ci * scale:  # sooner than the pick, beyond the noise
+    # sooner than the pick beyond the noise: the interval of the (scaled) speedup below 1
+    if not math.log(b.speedup * scale) < -b.speedup_ci / b.speedup:
         return report
     theirs, mine = (b.device_seconds or (0.0, 0.0)) if devices else (b.recommended_s or 0.0, b.time_to_target_s)
     # a candidate whose own runs were as quick as the baseline's (the pick is chosen on its runs and

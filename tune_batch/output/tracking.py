@@ -98,8 +98,10 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
     metrics += [Metric("records", float(len(report.records)), now, 0), Metric("front_size", float(len(front)), now, 0)]
     b = report.baseline
     if b is not None:  # the summary's first line, comparable across searches in MLflow
+        low, high = b.speedup_interval or (None, None)
         metrics += [Metric(f"baseline_{k}", v, now, 0) for k, v in _numeric(
             {"speedup": b.speedup, "speedup_ci": b.speedup_ci, "time_to_target_s": b.time_to_target_s,
+             "speedup_low": low, "speedup_high": high,
              "speedup_at_least": b.speedup_at_least, "recommended_time_to_target_s": b.recommended_s}).items()]
         tags += [RunTag("baseline_kept", str(b.kept)),
                  RunTag("baseline_params", json.dumps(b.params.to_dict(), sort_keys=True))]
