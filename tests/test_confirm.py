@@ -672,7 +672,7 @@ def test_a_payback_is_claimed_only_for_a_speedup_beyond_the_runs_noise() -> None
     # the quickstart's figures: 1.47 +- 0.96 over the baseline, a 294 s search
     within = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.96, None, 2.40, 294.0, 264)
     line = within.line("val_acc")
-    assert "(within the runs' noise)" in line and "paid back after" not in line
+    assert ": within the runs' noise)" in line and "paid back after" not in line
     assert "whether it pays back is not known within that noise (after 264 run(s) at the point estimate)" in line
     assert within.to_dict()["payback_established"] is False and within.to_dict()["payback_runs"] == 264
     clear = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.20, None, 2.40, 294.0, 264)
@@ -690,7 +690,7 @@ def test_the_speedups_interval_is_a_ratios_from_the_log_times() -> None:
     lo, hi = wide.speedup_interval
     assert lo == pytest.approx(1.42 * math.exp(-2.22 / 1.42)) and hi == pytest.approx(1.42 * math.exp(2.22 / 1.42))
     assert 0 < lo < 1 < hi and not wide.beyond_noise
-    assert f"speedup 1.42, 95 % {lo:.2f}-{hi:.2f} (within the runs' noise)" in wide.line("val_acc")
+    assert f"speedup 1.42, 95 % {lo:.2f}-{hi:.2f}: within the runs' noise)" in wide.line("val_acc")
     assert "+-" not in wide.line("val_acc") and wide.to_dict()["speedup_interval"] == [lo, hi]
     # a stored mlp_adamw_images search: 6.06 with 7.88, "within noise" by 6.06 +- 7.88, is
     # 1.65-22.3 on the log scale the half-width was computed on: beyond it

@@ -101,7 +101,7 @@ class Baseline:
             iv = self.speedup_interval
             ci = f", 95 % {iv[0]:.2f}-{iv[1]:.2f}" if iv is not None else " (no run-to-run spread measured)"
             within = self.speedup_ci is not None and not self.beyond_noise
-            how = " (within the runs' noise)" if within else ""
+            how = ": within the runs' noise" if within else ""
             pay = (f", paid back after {self.payback_runs} run(s) to the target" if self.payback_runs is not None
                    else ", never paid back: the baseline is as fast or faster")
             if within:  # a saving inside the noise pays nothing back for sure
