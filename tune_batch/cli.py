@@ -54,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", "-q", action="store_true", help="print only errors and the final table")
     g.add_argument("--verbose", "-v", action="store_true", help="show Ray's own logs and tables")
 
-    v = sub.add_parser("validate", help="check a config (with --set overrides) without running anything",
-                       parents=[common])
+    v = sub.add_parser("validate", help="check a config (with --set overrides) without training: the model "
+                       "and data load as a search's would (data.download fetches CIFAR-10)", parents=[common])
     _add_config(v)
 
     m = sub.add_parser("max-batch",
