@@ -96,6 +96,14 @@ def test_only_a_front_point_puts_another_off_the_front() -> None:
     # the order of the list does not matter: the order of the domination does
     assert noisy_non_dominated(vals[::-1], cis, d) == [0, 2]
     assert noisy_non_dominated(vals[:3], cis[:3], d) == [0, 2]
+    # three objectives can make a cycle (each beats the next beyond the noise in one objective and
+    # is inside it in the others): its points all stay, in whatever order they come
+    cycle = [[1.0, 0.5, 0.0], [0.0, 1.0, 0.5], [0.5, 0.0, 1.0]]
+    tight = [[0.6, 0.6, 0.6]] * 3
+    assert noisy_non_dominated(cycle, tight, ["maximize"] * 3) == [0, 1, 2]
+    assert noisy_non_dominated(cycle[::-1], tight, ["maximize"] * 3) == [0, 1, 2]
+    # and a point the cycle's members beat beyond the noise, with nothing better, goes
+    assert noisy_non_dominated([*cycle, [-1.0, -1.0, -1.0]], tight + [[0.6] * 3], ["maximize"] * 3) == [0, 1, 2]
 
 
 def test_repeats_give_means_half_widths_and_the_noise(tmp_path: Path) -> None:

@@ -64,10 +64,25 @@ def noisy_non_dominated(values: Sequence[Sequence[float]], cis: Sequence[Sequenc
     pending = list(finite)
     while pending:
         ready = [i for i in pending if all(j in on for j in by[i])]
-        for i in ready or pending:  # none ready: a cycle; its points go by the front decided so far
-            on[i] = not any(on.get(j, False) for j in by[i])
+        front_so_far = {j for j, v in on.items() if v}  # every point of a round against the same front
+        # none ready: some undecided points beat each other in a cycle; those go by the front
+        # decided so far, and the points they beat wait for them
+        for i in ready or [i for i in pending if i in _beaters(i, by, on)]:
+            on[i] = not any(j in front_so_far for j in by[i])
         pending = [i for i in pending if i not in on]
     return [i for i in finite if on[i]]
+
+
+def _beaters(i: int, by: dict[int, list[int]], decided: dict[int, bool]) -> set[int]:
+    """The undecided points that beat ``i`` directly or through other undecided points."""
+    seen: set[int] = set()
+    stack = [j for j in by[i] if j not in decided]
+    while stack:
+        j = stack.pop()
+        if j not in seen:
+            seen.add(j)
+            stack.extend(k for k in by[j] if k not in decided)
+    return seen
 
 
 def better_beyond(a: Sequence[float], b: Sequence[float], ci_a: Sequence[float | None],
