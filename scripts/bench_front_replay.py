@@ -26,6 +26,7 @@ Ends with: RESULT searches=... left_out_old=... left_out_new=... knee_changed=..
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tarfile
 import tempfile
@@ -47,7 +48,7 @@ def old_noisy_non_dominated(values: Sequence[Sequence[float]], cis: Sequence[Seq
                             directions: Sequence[str]) -> list[int]:
     """The front as it was until 2026-12-05: any j put i off when j was better beyond the noise in
     one objective and i better beyond it in none, whether j was on the front or not."""
-    finite = [i for i, p in enumerate(values) if all(v == v and abs(v) != float("inf") for v in p)]
+    finite = [i for i, p in enumerate(values) if all(math.isfinite(v) for v in p)]
 
     def dominated_by(i: int, j: int) -> bool:
         return (bool(pareto.better_beyond(values[j], values[i], cis[j], cis[i], directions))

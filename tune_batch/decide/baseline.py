@@ -100,14 +100,14 @@ class Baseline:
         if self.speedup is not None:
             iv = self.speedup_interval
             ci = f", 95 % {iv[0]:.2f}-{iv[1]:.2f}" if iv is not None else " (no run-to-run spread measured)"
-            within = self.speedup_ci is not None and not self.beyond_noise
+            within = iv is not None and not self.beyond_noise
             how = ": within the runs' noise" if within else ""
             pay = (f", paid back after {self.payback_runs} run(s) to the target" if self.payback_runs is not None
                    else ", never paid back: the baseline is as fast or faster")
             if within:  # a saving inside the noise pays nothing back for sure
                 pay = (f"; whether it pays back is not known within that noise (after {self.payback_runs} run(s) "
                        f"at the point estimate)" if self.payback_runs is not None else "")
-            elif self.speedup_ci is None and self.payback_runs is not None:  # no spread: nothing established
+            elif iv is None and self.payback_runs is not None:  # no spread: nothing established
                 pay = (f"; whether it pays back is not established without a run-to-run spread (after "
                        f"{self.payback_runs} run(s) at the point estimate; confirm.seeds >= 2 measures one)")
             devices = ""

@@ -210,14 +210,14 @@ def _keep_baseline(report: Report, prefer: Prefer) -> Report:
     showed slower than the config the user already had. Not where the user prefers an objective,
     nor for a goal without a target (no time is compared there)."""
     b, conf, pick = report.baseline, report.confirmation, report.recommended
+    iv = b.speedup_interval if b is not None else None
     if (b is None or conf is None or pick is None or prefer not in (None, TIME_TO_TARGET, DEVICE_SECONDS)
-            or conf.at_length or b.speedup is None or b.speedup_ci is None or b.time_to_target_s is None):
+            or conf.at_length or iv is None or b.time_to_target_s is None):
         return report
     devices = prefer == DEVICE_SECONDS
     # device-seconds are time x GPUs: the speedup and its interval scale by the GPU counts' ratio
     scale = b.params.num_gpus / (b.recommended_gpus or 1) if devices else 1.0
-    # sooner than the pick beyond the noise: the interval of the (scaled) speedup below 1
-    if not math.log(b.speedup * scale) < -b.speedup_ci / b.speedup:
+    if not iv[1] * scale < 1.0:  # sooner than the pick beyond the noise: the whole interval below 1
         return report
     theirs, mine = (b.device_seconds or (0.0, 0.0)) if devices else (b.recommended_s or 0.0, b.time_to_target_s)
     # a candidate whose own runs were as quick as the baseline's (the pick is chosen on its runs and
