@@ -79,6 +79,8 @@ BAD = [
     ({"name": "has space"}, ["name", "'has space'"]),
     ({"model": {"num_classes": 1}}, ["model.num_classes"]),
     ({"profile": {"enabled": "yes"}}, ["profile.enabled", "'yes'", "boolean"]),
+    ({"baseline": {"batch_size": 30, "lr": 0.1, "num_gpus": 4}},
+     ["baseline", "batch_size 30", "num_gpus 4", "multiple of 4"]),
 ]
 
 

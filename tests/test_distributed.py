@@ -65,6 +65,20 @@ def test_resource_plan_without_gpus() -> None:
     assert gpus.gpu_choices == [1, 2, 4] and gpus.request(1) == {"CPU": 4.0, "GPU": 1.0} and gpus.concurrent == 4
 
 
+def test_a_baselines_gpu_count_outside_the_space_is_planned_and_one_the_cluster_lacks_said() -> None:
+    # the baseline's workers get threads though its count is not searched (a KeyError ended its run)
+    two = plan_resources(tiny_config(baseline={"batch_size": 32, "lr": 0.01, "num_gpus": 2}), {"CPU": 2.0}, 2.0)
+    assert two.gpu_choices == [1] and two.fits(2) and two.threads(2) == 1 and two.threads(1) == 2
+    assert 2 * two.worker_cpus(2) + two.request(2)["CPU"] <= 2.0 and not two.notes  # the group fits the node
+    four = plan_resources(tiny_config(baseline={"batch_size": 32, "lr": 0.01, "num_gpus": 4}), {"CPU": 2.0}, 2.0)
+    assert not four.fits(4) and four.notes == [
+        "baseline.num_gpus = 4: the cluster has 2 CPU(s) for CPU worker processes; the baseline cannot run here and "
+        "is not compared"]
+    gpus = plan_resources(tiny_config(baseline={"batch_size": 32, "lr": 0.01, "num_gpus": 8}),
+                          {"CPU": 16.0, "GPU": 4.0}, 16.0)
+    assert gpus.threads(8) == 4 and "the cluster has 4 GPU(s)" in gpus.notes[0]
+
+
 # ports `ray start` takes by default on every node whatever it is told (dashboard, dashboard agent's
 # HTTP and gRPC listeners, Ray Client, worker range): a port picked for the test must not be one of them
 _RAY_DEFAULT_PORTS = {6379, 8265, 10001, 52365, 52366, 8076, 8077}
@@ -209,3 +223,22 @@ def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> N
     two = [r for r in runs if r["params"]["num_gpus"] == 2]
     assert two and all(r["info"]["world_size"] == 2 and r["info"]["launcher"] for r in two)
     assert [g["num_gpus"] for g in conf["gpu_counts"]] == [1, 2] and conf["gpu_counts"][0]["scaling_efficiency"] == 1
+
+
+def test_the_in_process_backend_says_a_multi_worker_baseline_is_not_compared() -> None:
+    import io
+
+    from tune_batch.backends.progress import Progress
+    from tune_batch.pipeline.search import _one_worker_only
+
+    cfg = tiny_config(search={"backend": "optuna"}, confirm={"candidates": 1},
+                      baseline={"batch_size": 32, "lr": 0.01, "num_gpus": 2})
+    out = io.StringIO()
+    assert _one_worker_only(cfg, Progress(cfg, 1, quiet=True, stream=out)) is cfg
+    assert out.getvalue() == ("warning: baseline.num_gpus = 2: search.backend 'optuna' runs one worker in this "
+                              "process; the baseline cannot run here and is not compared; use backend 'ray' for a "
+                              "worker group\n")
+    one = tiny_config(search={"backend": "optuna"}, confirm={"candidates": 1}, baseline={"batch_size": 32, "lr": 0.01})
+    quiet = io.StringIO()
+    _one_worker_only(one, Progress(one, 1, quiet=True, stream=quiet))
+    assert quiet.getvalue() == ""

@@ -71,3 +71,26 @@ def test_a_dead_data_loader_worker_is_a_failed_record() -> None:
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
     assert res.status == "failed"
     assert "DataLoader worker" in res.reason and "exited unexpectedly" in res.reason
+
+
+def test_an_unexpected_error_in_a_ray_trial_is_named_by_the_error_itself() -> None:
+    """Ray wraps a trial's own exception; the record names that one, without Ray's colour codes
+    (the reason was the wrapper's first line: the actor's name in ANSI colours, and no error)."""
+    import traceback
+
+    from ray.exceptions import RayTaskError
+
+    from tune_batch.backends.ray.callbacks import error_reason
+    from tune_batch.errors import ConfigError
+
+    def wrapped(e: BaseException) -> BaseException:
+        try:
+            raise e
+        except BaseException as inner:  # noqa: BLE001 - wrapped as Ray wraps a trial's exception
+            return RayTaskError("ImplicitFunc.train", traceback.format_exc(), inner, pid=1, ip="127.0.0.1",
+                                proctitle="ray::ImplicitFunc.train()", actor_repr="ray_trainable").as_instanceof_cause()
+
+    assert error_reason(wrapped(KeyError(2))) == "ray: KeyError: 2"
+    assert error_reason(wrapped(ValueError("bad shape\nmore"))) == "ray: ValueError: bad shape"
+    assert error_reason(wrapped(ConfigError("x: not allowed"))) == "x: not allowed"  # our own: its message alone
+    assert "\x1b" not in error_reason(RayTaskError("f", "tb", None, proctitle="ray::f()"))

@@ -215,3 +215,23 @@ def test_sigterm_stops_a_ray_search_cleanly(tmp_path: Path) -> None:
         assert len(seen) >= 3, seen
         exposed = {a: w for a, w in seen.items() if not a.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:"))}
         assert not exposed, exposed
+
+
+def test_a_baseline_on_more_workers_than_the_cluster_has_is_said_not_compared(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """baseline.num_gpus 4 on a 2-CPU Ray instance: said when the search starts, and its runs end
+    failed at once with the reason (they ended with a KeyError from the resource plan)."""
+    cfg = tiny_config(budget={"trials": 1, "train_samples": 512},
+                      confirm={"candidates": 1, "seeds": 1, "train_samples": 1024, "evaluations": 2},
+                      baseline={"batch_size": 32, "lr": 0.01, "num_gpus": 4}, resources={"cpus_per_trial": 2})
+    res = search(cfg, tmp_path / "run", quiet=False)
+    out = capsys.readouterr()
+    assert ("warning: baseline.num_gpus = 4: the cluster has 2 CPU(s) for CPU worker processes; the baseline cannot "
+            "run here and is not compared") in out.err + out.out
+    base = [r for r in res.report.confirm_runs if r.info.confirm_of == "baseline"]
+    assert len(base) == 1 and base[0].duration_s < 5, base
+    assert base[0].reason == ("num_gpus = 4 cannot run here: the cluster has 2 CPU(s) for CPU worker processes (a "
+                              "worker group would wait for them forever)")
+    line = next(x for x in out.out.splitlines() if x.startswith("recommendation vs the baseline"))
+    assert "no comparison" in line and "cannot run here" in line, line
+    assert res.recommended is not None and res.recommended.params.num_gpus == 1

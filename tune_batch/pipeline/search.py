@@ -128,7 +128,12 @@ def check_device_util(config: Config, gpus: int) -> None:
 
 
 def _one_worker_only(config: Config, progress: Progress) -> Config:
-    """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped."""
+    """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped (and
+    a baseline on more than one worker said not to be compared; its runs end failed, saying why)."""
+    b = config.baseline
+    if b is not None and b.num_gpus > 1 and config.confirm.candidates:
+        progress.warn(f"baseline.num_gpus = {b.num_gpus}: search.backend 'optuna' runs one worker in this process; "
+                      f"the baseline cannot run here and is not compared; use backend 'ray' for a worker group")
     if all(n == 1 for n in config.space.num_gpus):
         return config
     progress.warn("space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "

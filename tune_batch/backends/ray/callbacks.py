@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tune_batch.trial.faults import NonFiniteError, TrialTimeout, first_line
 
 #: Exceptions whose message is already the one-line reason of a trial record.
 OWN_FAULTS = (TrialTimeout, NonFiniteError, TuneBatchError)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its task names
 
 
 def error_reason(err: BaseException | str | None) -> str:
@@ -32,13 +34,16 @@ def error_reason(err: BaseException | str | None) -> str:
         return f"ray: {lines[-1][:300]}" if lines else "ray: the trial errored"
     seen: set[int] = set()
     e: BaseException | None = err
+    last = err
     while e is not None and id(e) not in seen:
         seen.add(id(e))
+        last = e
         inner = getattr(e, "cause", None)
         if isinstance(e, OWN_FAULTS) and not isinstance(inner, BaseException):
             return first_line(e)  # (a RayTaskError(ConfigError) is one too: its cause has the message)
         e = inner if isinstance(inner, BaseException) else (e.__cause__ or e.__context__)
-    return f"ray: {type(err).__name__}: {first_line(err)}"
+    # the innermost error is what went wrong (Ray's wrapper's first line names only the actor, in colour)
+    return f"ray: {type(last).__name__}: {_ANSI.sub('', first_line(last))}"
 
 
 def trial_error(trial: Any) -> BaseException | str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tune_batch.config import Config
@@ -15,10 +16,27 @@ class ResourcePlan:
     gpus: int  # GPUs in the cluster (0: CPU worker processes stand in for GPUs)
     cpus_one_worker: float  # CPUs of a one-worker trial (or of each worker of a group)
     cluster_cpus: float
-    threads_per_worker: dict[int, int]
     concurrent: int
     gpu_choices: list[int]
     notes: list[str]
+
+    @property
+    def capacity(self) -> int:
+        """The most workers a group can have here: the cluster's GPUs, or without GPUs its CPUs
+        (one CPU worker process each)."""
+        return self.gpus if self.gpus else int(self.cluster_cpus)
+
+    def fits(self, n: int) -> bool:
+        return n == 1 or n <= self.capacity
+
+    def what(self) -> str:
+        """What the cluster offers a worker group, in words."""
+        return f"{self.gpus} GPU(s)" if self.gpus else f"{int(self.cluster_cpus)} CPU(s) for CPU worker processes"
+
+    def threads(self, n: int) -> int:
+        """Torch threads of each worker of an n-worker group (any n, a searched GPU count or the
+        baseline's): a GPU worker has its GPU's CPUs, CPU workers share the trial's."""
+        return max(1, int(self.cpus_one_worker)) if self.gpus else max(1, int(self.cpus_one_worker // n))
 
     def worker_cpus(self, n: int) -> float:
         """CPUs of each worker of an n-worker group: one node's share, less the trial's own
@@ -62,15 +80,17 @@ def plan_resources(config: Config, cluster: dict[str, float], node_cpus: float) 
                          f"({limit:g}); using {limit:g}")
             per = limit
     per = max(1.0, per)
-    capacity = gpus if gpus else int(cpus)
-    kept = [n for n in config.space.num_gpus if n == 1 or n <= capacity]
-    dropped = [n for n in config.space.num_gpus if n not in kept]
-    if dropped:
-        what = f"{gpus} GPU(s)" if gpus else f"{int(cpus)} CPU(s) for CPU worker processes"
-        notes.append(f"space.num_gpus: {dropped} dropped: the cluster has {what}")
-    if not kept:
-        raise UserError("space.num_gpus: no choice left after filtering to the cluster; include 1")
-    threads = {n: max(1, int(per // n)) if not gpus else max(1, int(per)) for n in kept}
     concurrent = max(1, gpus if gpus else int(cpus // per))
     # at least one: a resumed search with no trial left still runs its repeats and confirmation runs
-    return ResourcePlan(gpus, per, cpus, threads, min(concurrent, max(1, config.budget.trials)), kept, notes)
+    plan = ResourcePlan(gpus, per, cpus, min(concurrent, max(1, config.budget.trials)), [], notes)
+    kept = [n for n in config.space.num_gpus if plan.fits(n)]
+    dropped = [n for n in config.space.num_gpus if n not in kept]
+    if dropped:
+        notes.append(f"space.num_gpus: {dropped} dropped: the cluster has {plan.what()}")
+    if not kept:
+        raise UserError("space.num_gpus: no choice left after filtering to the cluster; include 1")
+    b = config.baseline
+    if b is not None and not plan.fits(b.num_gpus):
+        notes.append(f"baseline.num_gpus = {b.num_gpus}: the cluster has {plan.what()}; the baseline cannot run here "
+                     f"and is not compared")
+    return dataclasses.replace(plan, gpu_choices=kept)

@@ -34,8 +34,10 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
     for n in [*plan.notes, utilization_warning(config, plan.gpus)]:
         if n:
             progress.warn(n)
+    base = config.baseline.num_gpus if config.baseline is not None and config.confirm.candidates else 1
+    counts = sorted({n for n in [*plan.gpu_choices, base] if n > 1 and plan.fits(n)})
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
-                       for n in plan.gpu_choices if n > 1)
+                       + (" (the baseline)" if n not in plan.gpu_choices else "") for n in counts)
     progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
                  f"{plan.request(1)}; up to {plan.concurrent} at a time"
                  + (f"; worker groups: {groups}" if groups else ""))

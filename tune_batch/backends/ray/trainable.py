@@ -78,12 +78,17 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
     hung = False
     if reason:
         result = skipped(params, trial_id, reason)
+    elif not plan.fits(params.num_gpus):  # the baseline's GPU count (the searched ones were filtered)
+        of = spec.get("confirm_of")
+        result = TrialResult(trial_id, params, Status.FAILED, f"num_gpus = {params.num_gpus} cannot run here: the "
+                             f"cluster has {plan.what()} (a worker group would wait for them forever)",
+                             info=TrialInfo(confirm_of=of, seed=config.search.seed if of is not None else None))
     elif params.num_gpus > 1:
         from tune_batch.backends.ray.data_parallel import run_data_parallel
 
         group = run_data_parallel(config, params, trial_id=trial_id, run_dir=run_dir,
                                   cpus_per_worker=plan.worker_cpus(params.num_gpus),
-                                  threads_per_worker=plan.threads_per_worker[params.num_gpus], use_gpu=plan.gpus > 0,
+                                  threads_per_worker=plan.threads(params.num_gpus), use_gpu=plan.gpus > 0,
                                   confirm_of=spec.get("confirm_of"))
         result, hung = group.result, group.group_alive
     else:
