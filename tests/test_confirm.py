@@ -883,6 +883,20 @@ def test_a_baseline_whose_runs_failed_is_not_blamed_on_the_recommendation() -> N
     assert "no comparison: the baseline's 1 run(s) ended failed (ValueError: the training set has 1437" in line, line
 
 
+def test_a_preferred_pick_without_confirmation_runs_is_said_to_have_no_time_to_compare() -> None:
+    """--prefer samples_per_s picks a short trial that was never confirmed: the line said "no
+    recommendation reached the target" while nothing about it had been measured at length."""
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 32, "lr": 0.01})
+    recs = [*_baseline_case(0.5), _rec(2, 3000, 0.6, b=256, lr=0.1)]  # the fastest, never confirmed
+    report = decide(cfg, recs, prefer=parse_prefer("samples_per_s", cfg.metric_names))
+    assert report.recommended.trial_id == 2 and report.baseline.speedup is None
+    assert report.baseline.line("val_acc").endswith(
+        "no comparison (the recommendation, trial 2, was chosen among the short trials by --prefer and not "
+        "confirmed at length: it has no time to the target)"), report.baseline.line("val_acc")
+    assert decide(cfg, recs).baseline.speedup is not None  # by time to target the pick is a confirmed one
+
+
 def test_under_device_seconds_a_one_gpu_baseline_is_kept_against_a_two_gpu_pick() -> None:
     """Wall-clock the two-GPU pick is sooner; in device-seconds (time x GPUs) the one-GPU baseline
     costs less beyond noise, and --prefer device_seconds_to_target keeps it."""

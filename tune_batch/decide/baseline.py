@@ -53,6 +53,7 @@ class Baseline:
     recommended_gpus: int | None = None  # the recommendation's GPU count: device-seconds are time x GPUs
     kept: bool = False  # the baseline was sooner beyond noise than the search's pick: it stays the recommendation
     kept_by_devices: bool = False  # ... in device-seconds (--prefer device_seconds_to_target)
+    no_time: str | None = None  # why the recommendation has no time to the target to compare, where it has none
 
     @property
     def device_seconds(self) -> tuple[float, float] | None:
@@ -144,7 +145,8 @@ class Baseline:
             why = (failed[0].reason or failed[0].status.value).splitlines()[0][:200]
             return (f"recommendation vs {name}: no comparison: the baseline's {len(failed)} run(s) ended "
                     f"{failed[0].status.value} ({why}){cost}")
-        return f"recommendation vs {name}: no comparison (no recommendation reached the target){cost}"
+        why = self.no_time or "no recommendation reached the target"
+        return f"recommendation vs {name}: no comparison ({why}){cost}"
 
 
 def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float]) -> float | None:
@@ -163,9 +165,9 @@ def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: l
 
 
 def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Sequence[TrialResult],
-            search_wall_s: float | None) -> Baseline | None:
-    """The baseline's runs read against the confirmation's target and its recommended candidate;
-    None without a baseline or its runs."""
+            search_wall_s: float | None, recommended: TrialResult | None = None) -> Baseline | None:
+    """The baseline's runs read against the confirmation's target and its recommended candidate
+    (``best``, the confirmed candidate of the ``recommended`` trial); None without a baseline or its runs."""
     params = params_of(config)
     ok = tuple(r for r in runs if r.status is Status.OK and r.info.curve)
     if params is None or not runs:
@@ -188,8 +190,14 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
     if mine is None and rec_s and ok:  # it never reached the target: at least this much slower, if beyond noise
         at_least = statistics.median(r.info.train_s or 0.0 for r in ok) / rec_s
         levels = _levels(conf, best, ok)
+    no_time = None
+    if not rec_s and recommended is not None:  # (without a recommendation: none reached the target)
+        no_time = (f"the recommendation, trial {recommended.trial_id}, was chosen among the short trials by --prefer "
+                   f"and not confirmed at length: it has no time to the target" if best is None else
+                   f"the recommendation's confirmation runs (trial {recommended.trial_id}) did not reach the target")
     return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
-                    payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None)
+                    payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None,
+                    no_time=no_time)
 
 
 def _run_levels(runs: Sequence[TrialResult]) -> list[float]:

@@ -198,7 +198,8 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
         return report
     best = next((c for c in report.confirmation.candidates
                  if report.recommended is not None and c.trial.trial_id == report.recommended.trial_id), None)
-    report = dataclasses.replace(report, baseline=compare(config, report.confirmation, best, base_runs, search_wall_s))
+    report = dataclasses.replace(report, baseline=compare(config, report.confirmation, best, base_runs, search_wall_s,
+                                                             report.recommended))
     return _keep_baseline(report, prefer)
 
 
