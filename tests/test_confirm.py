@@ -897,6 +897,28 @@ def test_a_preferred_pick_without_confirmation_runs_is_said_to_have_no_time_to_c
     assert decide(cfg, recs).baseline.speedup is not None  # by time to target the pick is a confirmed one
 
 
+def test_a_search_continued_with_another_baseline_runs_that_one_and_compares_only_it() -> None:
+    """baseline: may change on resume; the earlier baseline's runs were counted done and reported
+    under the new baseline's params (lr 0.02 named, lr 0.01 measured)."""
+    from tune_batch.pipeline.stages import confirms_of
+
+    def cfg(lr: float):  # noqa: ANN202
+        return tiny_config(objectives=OBJ, budget={"trials": 2}, confirm={"candidates": 2, "target": 0.9},
+                           baseline={"batch_size": 32, "lr": lr})
+
+    recs = _baseline_case(0.5)  # its baseline runs are of batch 32, lr 0.01
+    assert confirms_of(cfg(0.01), recs) == [] and decide(cfg(0.01), recs).baseline.params.lr == 0.01
+    jobs = confirms_of(cfg(0.02), recs)
+    assert [(j.trial_id, j.params.lr) for j in jobs] == [("baseline-c0", 0.02), ("baseline-c1", 0.02)]
+    before = decide(cfg(0.02), recs)
+    assert before.baseline is None and any("not compared yet" in n for n in texts(before.notes))
+    again = [_rec(f"baseline-c{s}", 800, 0.93, b=32, lr=0.02, confirm_of="baseline", seed=s,
+                  curve=_curve([0.5, 0.91, 0.92, 0.93], step_s=0.5)) for s in (0, 1)]
+    after = decide(cfg(0.02), recs + again)
+    assert confirms_of(cfg(0.02), recs + again) == [] and after.baseline.params.lr == 0.02
+    assert [r.params.lr for r in after.baseline.runs] == [0.02, 0.02] and after.baseline.time_to_target_s == 1.0
+
+
 def test_under_device_seconds_a_one_gpu_baseline_is_kept_against_a_two_gpu_pick() -> None:
     """Wall-clock the two-GPU pick is sooner; in device-seconds (time x GPUs) the one-GPU baseline
     costs less beyond noise, and --prefer device_seconds_to_target keeps it."""

@@ -15,17 +15,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from tune_batch.analysis.noise import pooled_sd, t95
+from tune_batch.analysis.report import latest_per_trial
 from tune_batch.config import Config
 from tune_batch.decide.confirm import BASELINE, Candidate, Confirmation, reach_times
 from tune_batch.decide.target import level
 from tune_batch.store.records import Params, Status, TrialResult
 
-__all__ = ["BASELINE", "Baseline", "compare", "params_of"]
+__all__ = ["BASELINE", "Baseline", "compare", "is_current", "params_of", "stale_ids"]
 
 
 def params_of(config: Config) -> Params | None:
     b = config.baseline
     return None if b is None else Params(b.batch_size, b.lr, b.num_gpus)
+
+
+def is_current(config: Config, run: TrialResult) -> bool:
+    """Whether ``run`` is a baseline run of the config's baseline as it is now: a search continued
+    with another ``baseline:`` (allowed on resume) runs that one, and its earlier runs are not it."""
+    p = params_of(config)
+    q = run.params
+    return (run.info.confirm_of == BASELINE and p is not None
+            and (q.batch_size, q.lr, q.num_gpus) == (p.batch_size, p.lr, p.num_gpus))
+
+
+def stale_ids(config: Config, records: Sequence[TrialResult]) -> set[object]:
+    """Trial ids whose latest record is a baseline run of another baseline than the config's: to
+    run again (they are not done)."""
+    return {r.trial_id for r in latest_per_trial(records)
+            if r.info.confirm_of == BASELINE and not is_current(config, r)}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from tune_batch.analysis.notes import Note, NoteKind
 from tune_batch.analysis.pareto import Prefer, better_beyond
 from tune_batch.analysis.report import Report, build_report, latest_per_trial, with_tradeoffs
 from tune_batch.config import Config
-from tune_batch.decide.baseline import compare
+from tune_batch.decide.baseline import compare, is_current, stale_ids
 from tune_batch.decide.confirm import BASELINE, confirm, last_round, samples_factor, search_noise_scale
 from tune_batch.decide.confirm import jobs as confirm_jobs
 from tune_batch.decide.repeats import candidates
@@ -194,6 +194,11 @@ def decide(config: Config, records: Sequence[TrialResult], warnings: list[str] |
     what the search cost, for the pay-back)."""
     report = _decide(config, records, warnings, prefer)
     base_runs = [r for r in report.confirm_runs if r.info.confirm_of == BASELINE]
+    if config.baseline is not None and not base_runs and stale_ids(config, records):
+        b = config.baseline
+        report = dataclasses.replace(report, notes=(*report.notes, Note(NoteKind.DECISION, (
+            f"baseline (batch_size={b.batch_size} lr={b.lr:.3g} num_gpus={b.num_gpus}): not compared yet: the "
+            f"baseline runs in this directory are of another baseline; continue the search to run this one"))))
     if report.confirmation is None or not base_runs:
         return report
     best = next((c for c in report.confirmation.candidates
@@ -254,7 +259,7 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     if not runs:
         return report
     runs = last_round(runs)  # after escalation rounds, the decision reads the last
-    base_runs = [r for r in runs if r.info.confirm_of == BASELINE]
+    base_runs = [r for r in runs if is_current(config, r)]  # (runs of an earlier baseline: not this one's)
     runs = [r for r in runs if r.info.confirm_of != BASELINE]
     # every config with runs, in the order the short budget ranks them (a finished run read with
     # another confirm.candidates still shows what was confirmed)

@@ -22,6 +22,7 @@ from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import received
 from tune_batch.config import Config
 from tune_batch.decide.baseline import params_of as baseline_params
+from tune_batch.decide.baseline import stale_ids
 from tune_batch.decide.confirm import jobs as confirm_jobs
 from tune_batch.decide.escalate import escalations
 from tune_batch.decide.recommend import confirm_candidates, replacements
@@ -59,7 +60,8 @@ def confirms_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
     if budget_used(_searched(records)) < config.budget.trials or repeats_of(config, records):
         return []
     base = build_report(config, [r for r in records if r.info.confirm_of is None])
-    return confirm_jobs(config, confirm_candidates(base), {r.trial_id for r in records}, baseline_params(config))
+    done = {r.trial_id for r in records} - stale_ids(config, records)  # another baseline's runs: run this one's
+    return confirm_jobs(config, confirm_candidates(base), done, baseline_params(config))
 
 
 def escalations_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
