@@ -211,6 +211,8 @@ def test_probe_flags_what_it_cannot_vouch_for(tmp_path: Path) -> None:
     (tmp_path / "b.pt.trace.json").write_text(json.dumps(steps))  # an earlier probe's, in the same directory
     (flag,) = _trace_flag(rec(0.3, tmp_path))
     assert "holds 6 profiled step(s), this trial recorded 3" in flag
+    two = rec(0.3, tmp_path)  # a two-worker group: each worker profiles its 3 steps into the directory
+    assert _trace_flag(two.replace(info=two.info.with_(world_size=2))) == []
 
 
 def test_probe_is_a_library_call_that_returns_data(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -226,6 +228,8 @@ def test_probe_is_a_library_call_that_returns_data(capsys: pytest.CaptureFixture
     assert "workload" not in capsys.readouterr().out  # the caller prints, or not
     with pytest.raises(tune_batch.UserError, match="a finite lr > 0"):
         tune_batch.probe(tiny_config(), 32, float("nan"), output=tmp_path / "q")
+    with pytest.raises(tune_batch.UserError, match="--batch-size 30 does not split evenly over --num-gpus 4 workers"):
+        tune_batch.probe(tiny_config(), 30, 0.05, 4, output=tmp_path / "q")
     assert not (tmp_path / "q").exists()
 
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, tiny_config
 from tune_batch.backends.ray import plan_resources
@@ -242,3 +243,22 @@ def test_the_in_process_backend_says_a_multi_worker_baseline_is_not_compared() -
     quiet = io.StringIO()
     _one_worker_only(one, Progress(one, 1, quiet=True, stream=quiet))
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.serial  # a two-worker gloo group: slow beside another test process
+def test_probe_measures_a_data_parallel_config_on_a_worker_group(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """probe --num-gpus 2 ran the trial in this process and failed ("use the ray backend"), an
+    option no probe could use; now it starts Ray and runs the group a search's trial would."""
+    from tune_batch.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(budget={"train_samples": 512}).to_dict()))
+    code = main(["probe", str(cfg), "--batch-size", "32", "--lr", "0.05", "--num-gpus", "2", "--output",
+                 str(tmp_path / "p")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    (rec,) = _records(tmp_path / "p")
+    assert rec["status"] == "ok" and rec["params"]["num_gpus"] == 2 and rec["info"]["world_size"] == 2
+    assert rec["info"]["launcher"] == "ray.train.torch.TorchTrainer" and rec["metrics"]["samples_per_s"] > 0
+    assert "  workers           2 (a Ray Train worker group, started in" in out and "warning" not in out, out

@@ -57,7 +57,8 @@ def _trace_flag(res: TrialResult, found: int | None) -> list[str]:
     """A warning when the trace holds (``found``) another number of profiled steps than this
     trial recorded (e.g. an earlier probe's traces in the same directory), or none is readable."""
     info = res.info
-    wanted = info.profile_active_steps
+    # every worker of a group profiles its own steps into the trial's trace directory
+    wanted = info.profile_active_steps * (info.world_size or 1) if info.profile_active_steps is not None else None
     if found is None:
         return [f"  warning           no readable trace in {info.trace_dir}: the profiled steps are not shown there"]
     if wanted is not None and found != wanted:
@@ -81,6 +82,9 @@ def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:
     util_how = info.device_util_method or ("CPU time / (wall x threads)" if info.device_util_raw is not None else "")
     lines += [
         f"  device            {info.device}",
+        *([f"  workers           {info.world_size} (a Ray Train worker group, started in {info.group_start_s:.1f} s; "
+           f"samples/s and step time are the group's, the rest rank 0's)"] if (info.world_size or 1) > 1
+          and info.group_start_s is not None else []),
         f"  samples_per_s     {m.samples_per_s:.1f}   ({_probe_window(res)})",
         f"  step_time_s       {(m.step_time_s or nan) * 1000:.2f} ms",
         f"  device_util       {m.device_util if m.device_util is not None else nan:.3f}   ({util_how})",

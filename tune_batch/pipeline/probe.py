@@ -14,7 +14,7 @@ from pathlib import Path
 from tune_batch.config import Config
 from tune_batch.errors import UserError
 from tune_batch.pipeline.search import preflight
-from tune_batch.store.records import Status, TrialResult
+from tune_batch.store.records import Params, Status, TrialResult
 from tune_batch.store.rundir import RunDir
 
 
@@ -51,9 +51,10 @@ def trace_steps(trace_dir: str) -> int | None:
 def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output: str | Path | None = None, *,
           profile: bool | None = True, on_workload: Callable[[str], None] | None = None) -> ProbeResult:
     """Run one trial of ``config`` at (``batch_size``, ``lr``, ``num_gpus``) with the full
-    measurement, and keep its record (trial id ``probe``) in ``output`` (default
-    runs/<name>-probe-<timestamp>). ``profile``: True profiles the trial whatever the config says,
-    False never, None as the config says. ``on_workload`` is called with the workload's one-line
+    measurement (``num_gpus`` > 1: a worker group on Ray, started here or at search.address), and
+    keep its record (trial id ``probe``) in ``output`` (default runs/<name>-probe-<timestamp>).
+    ``profile``: True profiles the trial whatever the config says, False never, None as the config
+    says. ``on_workload`` is called with the workload's one-line
     description once it is built, before the trial runs.
 
     Raises UserError for bad arguments, a workload that does not build, or an ``output`` that
@@ -64,6 +65,9 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     if batch_size < 1 or not (math.isfinite(lr) and lr > 0) or num_gpus < 1:
         raise UserError(f"--batch-size {batch_size} --lr {lr} --num-gpus {num_gpus}: "
                         "need batch size >= 1, a finite lr > 0, num_gpus >= 1")
+    if batch_size % num_gpus:
+        raise UserError(f"--batch-size {batch_size} does not split evenly over --num-gpus {num_gpus} workers: give a "
+                        f"multiple of {num_gpus}")
     if profile is not None:
         config = config.model_copy(update={"profile": config.profile.model_copy(update={"enabled": profile})})
     out = RunDir(f"runs/{config.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if output is None else output)
@@ -78,8 +82,13 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
                             f"a probe there would rewrite its config.yaml and mix its records; give the probe its "
                             f"own --output")
         out.prepare(config, force=True)
-        res = run_trial(config, {"batch_size": batch_size, "lr": lr, "num_gpus": num_gpus}, trial_id="probe",
-                        run_dir=out.path)
+        params = Params(batch_size, lr, num_gpus)
+        if num_gpus > 1:  # a worker group, as a search's data-parallel trial runs (Ray Train)
+            from tune_batch.backends.ray.search import measure_group
+
+            res = measure_group(config, params, out, address=config.search.address)
+        else:
+            res = run_trial(config, params, trial_id="probe", run_dir=out.path)
         out.append(res)
     found = trace_steps(res.info.trace_dir) if res.info.trace_dir else None
     return ProbeResult(res, workload, out.path, out.trials_path, found)

@@ -22,6 +22,7 @@ from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray
 from tune_batch.backends.ray.trainable import ray_trainable
 from tune_batch.config import Config
 from tune_batch.config.callables import registered
+from tune_batch.store.records import Params, TrialResult
 from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
 from tune_batch.study.samplers import make_sampler, probe_rule
@@ -116,3 +117,22 @@ def session(config: Config, run_dir: RunDir, *, address: str | None, verbose: bo
         plan = plan_resources(planning, cluster, node_cpus())
         _announce(config, plan, cluster, progress=kwargs["progress"])
         yield RayBackend(run_dir, plan, verbose=verbose, **kwargs)
+
+
+def measure_group(config: Config, params: Params, run_dir: RunDir, *, address: str | None = None) -> TrialResult:
+    """One data-parallel trial (``params.num_gpus`` > 1) on a Ray Train worker group, on the path
+    a search's trial takes, from this process (``probe --num-gpus``): a local Ray instance started
+    here, or the cluster at ``address``. UserError where the cluster has too few GPUs (or CPUs)."""
+    from tune_batch.backends.ray.data_parallel import run_data_parallel
+    from tune_batch.errors import UserError
+
+    n = params.num_gpus
+    with ray_session(address) as cluster:
+        check_client_run_dir(address, str(run_dir.path.resolve()))
+        plan = plan_resources(config, cluster, node_cpus())
+        if not plan.fits(n):
+            raise UserError(f"--num-gpus {n}: the cluster has {plan.what()}; give a count it has, or a cluster "
+                            f"with --address")
+        return run_data_parallel(config, params, trial_id="probe", run_dir=run_dir.path.resolve(),
+                                 cpus_per_worker=plan.worker_cpus(n), threads_per_worker=plan.threads(n),
+                                 use_gpu=plan.gpus > 0).result
