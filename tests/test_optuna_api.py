@@ -58,6 +58,15 @@ def test_a_study_with_other_directions_is_refused(tmp_path: Path) -> None:
         study.optimize(Objective(cfg), n_trials=1, catch=())
 
 
+def test_an_objective_over_gpu_counts_it_cannot_run_is_refused_at_once() -> None:
+    """Objective measures one worker in the caller's process: every num_gpus 2 trial would have
+    failed ("use the ray backend"), one by one."""
+    with pytest.raises(UserError, match=r"space.num_gpus = \[1, 2\]: Objective measures one worker in this process, "
+                                        r"\[2\] would all fail; give \[1\], or run tune_batch.search"):
+        Objective(tiny_config(space={"num_gpus": [1, 2]}))
+    assert Objective(tiny_config(space={"num_gpus": [1, 2]}), runner=lambda *a, **k: None) is not None  # a replay
+
+
 def test_suggest_on_a_users_trial() -> None:
     cfg = tiny_config(space={"num_gpus": [1, 2]})
     study = optuna.create_study(directions=["maximize"])

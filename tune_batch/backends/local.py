@@ -19,6 +19,7 @@ from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import graceful, received
 from tune_batch.config import Config, SpaceConfig
+from tune_batch.errors import ConfigError
 from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult, budget_used
 from tune_batch.store.rundir import RunDir
@@ -66,6 +67,11 @@ class Objective:
     def __init__(self, config: Config, extra_space: Callable[[optuna.Trial], dict[str, Any]] | None = None, *,
                  run_dir: RunDir | None = None, progress: Progress | None = None, policy: Policy | None = None,
                  runner: TrialRunner = _run_trial, free_skips: bool = False) -> None:
+        many = [n for n in config.space.num_gpus if n > 1]
+        if many and runner is _run_trial:  # (a replay's runner looks any count up)
+            raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: Objective measures one worker in this "
+                              f"process, {many} would all fail; give [1], or run tune_batch.search on the ray backend "
+                              f"(search --storage URL --study-name NAME adds its trials to your study)")
         self.config = config
         self.free_skips = free_skips  # skipped proposals marked free_skip (see optimize)
         self.extra_space = extra_space
