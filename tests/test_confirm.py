@@ -818,6 +818,23 @@ def test_a_baseline_sooner_than_the_pick_beyond_noise_stays_the_recommendation(t
                   ).recommended.info.confirm_of is None  # an objective the user prefers is not overridden
 
 
+def test_a_kept_baseline_below_the_searchs_batch_per_worker_is_a_best_yaml_that_loads(tmp_path: Path) -> None:
+    """Batch 16 on 2 workers is 8 a worker, under the space's min_batch_per_gpu (16): best.yaml,
+    the baseline's point as a config to run, was written with that rule and did not load."""
+    from tune_batch.output.files import write_files
+    from tune_batch.store.records import Params
+
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 16, "lr": 0.01, "num_gpus": 2})
+    recs = [r.replace(params=Params(16, 0.01, 2)) if r.info.confirm_of == "baseline" else r
+            for r in _baseline_case(0.5)]
+    report = decide(cfg, recs)
+    assert report.baseline.kept and report.recommended.params == Params(16, 0.01, 2)
+    write_files(report, tmp_path)
+    best = load_config(tmp_path / "best.yaml")
+    assert (best.space.batch_size, best.space.num_gpus, best.space.min_batch_per_gpu) == ([16], [2], 8)
+
+
 def test_the_baseline_is_not_kept_where_another_candidate_was_as_quick() -> None:
     """The pick is chosen on its runs and its prediction together; where another confirmed
     candidate's runs reached the target as soon as the baseline's, "the search found nothing

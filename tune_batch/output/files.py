@@ -25,6 +25,8 @@ def best_config_yaml(report: Report) -> str | None:
         "batch_size": [p.batch_size],
         "lr": cfg.space.lr.model_copy(update={"low": p.lr, "high": p.lr}),
         "num_gpus": [p.num_gpus],
+        # a kept baseline need not keep the search's rule for a worker's batch: the file must load
+        "min_batch_per_gpu": min(cfg.space.min_batch_per_gpu, p.per_worker_batch),
     })
     best = cfg.model_copy(update={"space": space, "budget": cfg.budget.model_copy(update={"trials": 1})})
     measured = ((k, rec.metrics.value(k)) for k in cfg.metric_names)
