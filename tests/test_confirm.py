@@ -641,9 +641,11 @@ def test_a_goal_target_is_the_confirmation_target() -> None:
     ({}, {}, "give the run's length (train_samples or epochs), its target, or both"),
     ({"train_samples": 10, "epochs": 1}, {}, "give train_samples (10) or epochs (1.0), not both"),
     ({"target": 0.9}, {"confirm": {"candidates": 3, "target": 0.8}},
-     "goal.target (0.9) and confirm.target (0.8): give one"),
+     "goal.target (0.9) and confirm.target (0.8): give one; for the goal's, drop confirm.target (--set "
+     "confirm.target=null)"),
     ({"epochs": 2}, {"confirm": {"candidates": 3, "train_samples": 4096}},
-     "the goal's length is the confirmation runs' length"),
+     "the goal's length is the confirmation runs' length); for the goal's, drop confirm.train_samples (--set "
+     "confirm.train_samples=null)"),
     ({"target": 1.5}, {"confirm": {"candidates": 3}}, "goal.target = 1.5: a val_acc target must be in (0, 1]"),
     ({"epochs": 2}, {"confirm": {"candidates": 0}}, "confirm.candidates is 0"),
 ])

@@ -296,10 +296,12 @@ class Config(_Section):
         g = self.goal
         if g is not None:
             if g.target is not None and c.target is not None:
-                raise ValueError(f"goal.target ({g.target}) and confirm.target ({c.target}): give one")
+                raise ValueError(f"goal.target ({g.target}) and confirm.target ({c.target}): give one; for the "
+                                 f"goal's, drop confirm.target (--set confirm.target=null)")
             if g.length_given and (c.train_samples is not None or c.epochs is not None):
-                raise ValueError("goal.train_samples/epochs and confirm.train_samples/epochs: give one (the goal's "
-                                 "length is the confirmation runs' length)")
+                key = "confirm.train_samples" if c.train_samples is not None else "confirm.epochs"
+                raise ValueError(f"goal.train_samples/epochs and {key}: give one (the goal's length is the "
+                                 f"confirmation runs' length); for the goal's, drop {key} (--set {key}=null)")
             if g.target is not None and self.confirm_metric == ("val_acc", "maximize") and not 0 < g.target <= 1:
                 raise ValueError(f"goal.target = {g.target}: a val_acc target must be in (0, 1]")
             if c.candidates == 0:
