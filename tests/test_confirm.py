@@ -900,6 +900,7 @@ def test_a_baseline_whose_runs_failed_is_not_blamed_on_the_recommendation() -> N
     assert report.recommended is not None
     line = report.baseline.line("val_acc")
     assert "no comparison: the baseline's 1 run(s) ended failed (ValueError: the training set has 1437" in line, line
+    assert report.baseline.to_dict()["not_compared"].startswith("the baseline's 1 run(s) ended failed (ValueError")
 
 
 def test_a_preferred_pick_without_confirmation_runs_is_said_to_have_no_time_to_compare() -> None:
@@ -913,7 +914,9 @@ def test_a_preferred_pick_without_confirmation_runs_is_said_to_have_no_time_to_c
     assert report.baseline.line("val_acc").endswith(
         "no comparison (the recommendation, trial 2, was chosen among the short trials by --prefer and not "
         "confirmed at length: it has no time to the target)"), report.baseline.line("val_acc")
-    assert decide(cfg, recs).baseline.speedup is not None  # by time to target the pick is a confirmed one
+    assert report.baseline.to_dict()["not_compared"].startswith("the recommendation, trial 2, was chosen")
+    compared = decide(cfg, recs).baseline  # by time to target the pick is a confirmed one
+    assert compared.speedup is not None and compared.to_dict()["not_compared"] is None
 
 
 def test_a_search_continued_with_another_baseline_runs_that_one_and_compares_only_it() -> None:

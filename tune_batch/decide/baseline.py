@@ -91,7 +91,7 @@ class Baseline:
                 "payback_established": self.payback_runs is not None and self.beyond_noise,
                 "level": self.level, "recommended_level": self.recommended_level,
                 "level_within_noise": self.level_within_noise, "kept": self.kept,
-                "kept_by_devices": self.kept_by_devices,
+                "kept_by_devices": self.kept_by_devices, "not_compared": self.not_compared,
                 "device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[1],
                 "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0]}
 
@@ -159,11 +159,19 @@ class Baseline:
                     f"{self.recommended_s:.2f} s, at least {self.speedup_at_least:.2f}x sooner{chance}{cost}")
         failed = [r for r in self.runs if r.status is not Status.OK]
         if len(failed) == len(self.runs):  # "no recommendation reached the target" blamed the wrong side
+            return f"recommendation vs {name}: no comparison: {self.not_compared}{cost}"
+        return f"recommendation vs {name}: no comparison ({self.not_compared}){cost}"
+
+    @property
+    def not_compared(self) -> str | None:
+        """Why there is neither a speedup nor an at-least figure, in words; None where there is one."""
+        if self.speedup is not None or self.speedup_at_least is not None:
+            return None
+        failed = [r for r in self.runs if r.status is not Status.OK]
+        if failed and len(failed) == len(self.runs):
             why = (failed[0].reason or failed[0].status.value).splitlines()[0][:200]
-            return (f"recommendation vs {name}: no comparison: the baseline's {len(failed)} run(s) ended "
-                    f"{failed[0].status.value} ({why}){cost}")
-        why = self.no_time or "no recommendation reached the target"
-        return f"recommendation vs {name}: no comparison ({why}){cost}"
+            return f"the baseline's {len(failed)} run(s) ended {failed[0].status.value} ({why})"
+        return self.no_time or "no recommendation reached the target"
 
 
 def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float]) -> float | None:
