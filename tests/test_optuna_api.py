@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -111,6 +112,7 @@ def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tune_batch", "search", str(cfg_path), "--output", str(out), "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.time()
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     jsonl = out / "trials.jsonl"
     deadline = time.monotonic() + 300
@@ -124,9 +126,15 @@ def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path
     proc.wait(timeout=30)
     before = [json.loads(x) for x in jsonl.read_text().splitlines()]
     assert 2 <= len(before) < trials
+    last_record = jsonl.stat().st_mtime
 
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
+    # the killed invocation's seconds, from its start to its last record, still count in the cost
+    lost = re.search(r"ended without adding its time \(killed\?\): (\d+) s", p.stdout)
+    assert lost and 0 < int(lost.group(1)) <= last_record - t0 + 1, p.stdout[-2000:]
+    wall = json.loads((out / "search_time.json").read_text())
+    assert set(wall) == {"wall_s"} and wall["wall_s"] > int(lost.group(1))  # and the resume's own
     after = [json.loads(x) for x in jsonl.read_text().splitlines()]
     ids = [r["trial_id"] for r in after]
     assert len(after) == trials and len(set(ids)) == trials  # exactly budget.trials, no duplicate

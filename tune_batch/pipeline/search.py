@@ -291,7 +291,11 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                      f"{max(0, config.budget.trials - used_before)} to run")
     stopped = False
     received["signal"] = None
-    if stages.pending(config, previous):
+    todo = stages.pending(config, previous)
+    if todo:  # marked running, so that a killed invocation's time still counts in the search's cost
+        killed = run_dir.open_search(time.time() - (time.perf_counter() - started))
+        if killed:
+            progress.warn(killed)
         try:
             _run_backend(config, run_dir, done, progress, address=address, storage_url=storage_url,
                          study_name=study_name, verbose=verbose)
@@ -299,7 +303,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
             stopped = True
     records, warnings = run_dir.records()
     ran = config.budget.trials > used_before or len(records) > len(previous)
-    wall = run_dir.add_search_wall_s(time.perf_counter() - started) if ran else run_dir.search_wall_s()
+    wall = (run_dir.add_search_wall_s(time.perf_counter() - started if ran else 0.0) if todo or ran
+            else run_dir.search_wall_s())
     report = decide(config, records, warnings, prefer=prefer, search_wall_s=wall)
     write_files(report, run_dir.path)
     _annotate_study(config, run_dir, report, storage_url, study_name)

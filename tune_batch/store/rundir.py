@@ -303,16 +303,43 @@ class RunDir:
     def wall_path(self) -> Path:
         return self.path / WALL_FILE
 
+    def _wall(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.wall_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
     def search_wall_s(self) -> float | None:
         """The wall seconds every invocation of the search on this directory took, start-up
         included (None when none was recorded)."""
         try:
-            return float(json.loads(self.wall_path.read_text(encoding="utf-8"))["wall_s"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return float(self._wall()["wall_s"])
+        except (KeyError, TypeError, ValueError):
             return None
 
+    def open_search(self, started_at: float) -> str | None:
+        """Mark an invocation that will run something as running since ``started_at`` (epoch
+        seconds), under the directory's lock. A mark left by an earlier invocation says it ended
+        without adding its time (killed): its seconds from its start to its last record (the
+        records file's last write) are added now, a lower bound; returns a note saying so."""
+        data, note = self._wall(), None
+        since = data.get("running_since")
+        if isinstance(since, int | float):
+            try:
+                lost = max(0.0, self.trials_path.stat().st_mtime - since)
+            except OSError:
+                lost = 0.0
+            data["wall_s"] = float(data.get("wall_s") or 0.0) + lost
+            note = (f"an earlier invocation of this search ended without adding its time (killed?): {lost:.0f} s, "
+                    f"from its start to its last record, added to the search's cost")
+        data["running_since"] = started_at
+        self.wall_path.write_text(json.dumps(data), encoding="utf-8")
+        return note
+
     def add_search_wall_s(self, seconds: float) -> float:
-        """Add one invocation's wall seconds to the directory's total; returns the total."""
+        """Add one invocation's wall seconds to the directory's total (and clear its running
+        mark); returns the total."""
         total = (self.search_wall_s() or 0.0) + seconds
         self.wall_path.write_text(json.dumps({"wall_s": total}), encoding="utf-8")
         return total
