@@ -230,6 +230,9 @@ def test_probe_is_a_library_call_that_returns_data(capsys: pytest.CaptureFixture
         tune_batch.probe(tiny_config(), 32, float("nan"), output=tmp_path / "q")
     with pytest.raises(tune_batch.UserError, match="--batch-size 30 does not split evenly over --num-gpus 4 workers"):
         tune_batch.probe(tiny_config(), 30, 0.05, 4, output=tmp_path / "q")
+    many = 2 * (os.cpu_count() or 1)  # more workers than this machine has CPUs (no GPU here, or fewer than that)
+    with pytest.raises(tune_batch.UserError, match=f"--num-gpus {many}: this machine has"):
+        tune_batch.probe(tiny_config(), 32 * many, 0.05, many, output=tmp_path / "q")
     assert not (tmp_path / "q").exists()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tune_batch.config import Config
 from tune_batch.errors import UserError
-from tune_batch.pipeline.search import preflight
+from tune_batch.pipeline.search import local_capacity, preflight
 from tune_batch.store.records import Params, Status, TrialResult
 from tune_batch.store.rundir import RunDir
 
@@ -68,6 +68,11 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     if batch_size % num_gpus:
         raise UserError(f"--batch-size {batch_size} does not split evenly over --num-gpus {num_gpus} workers: give a "
                         f"multiple of {num_gpus}")
+    if num_gpus > 1 and not config.search.address:  # refused before the output is made (a cluster's is asked there)
+        capacity, what = local_capacity()
+        if num_gpus > capacity:
+            raise UserError(f"--num-gpus {num_gpus}: this machine has {what}; give a count it has, or set "
+                            f"search.address to a cluster")
     if profile is not None:
         config = config.model_copy(update={"profile": config.profile.model_copy(update={"enabled": profile})})
     out = RunDir(f"runs/{config.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if output is None else output)

@@ -97,15 +97,21 @@ def check_address(address: str | None, timeout_s: float = 5.0) -> None:
                         f"there (ray start --head) or check the address") from e
 
 
-def _check_local_gpu_choices(config: Config) -> None:
-    """A local search whose every ``num_gpus`` choice this machine can never give (GPUs, or CPU
-    worker processes without GPUs) is refused before anything is written."""
+def local_capacity() -> tuple[int, str]:
+    """The most workers a group can have on this machine (its GPUs, or without GPUs its CPUs, one
+    CPU worker process each), and that in words."""
     import torch
 
     gpus = torch.cuda.device_count()
     capacity = gpus or (os.cpu_count() or 1)
+    return capacity, f"{gpus} GPU(s)" if gpus else f"{capacity} CPU(s) for CPU worker processes"
+
+
+def _check_local_gpu_choices(config: Config) -> None:
+    """A local search whose every ``num_gpus`` choice this machine can never give (GPUs, or CPU
+    worker processes without GPUs) is refused before anything is written."""
+    capacity, what = local_capacity()
     if not any(n == 1 or n <= capacity for n in config.space.num_gpus):
-        what = f"{gpus} GPU(s)" if gpus else f"{capacity} CPU(s) for CPU worker processes"
         raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: this machine has {what}; "
                           f"include 1 (or a count it has), or search on a cluster with --address")
 
