@@ -211,6 +211,10 @@ def test_sigterm_stops_a_ray_search_cleanly(tmp_path: Path) -> None:
     assert stderr.strip().splitlines() == [f"tune-batch: interrupted after {n} of 5 trials; the finished ones are kept "
                                            f"in {out} (run the same command again to continue)"]
     assert "Pareto front" in stdout or "no feasible trial" in stdout
+    # the trial running at the signal finished and was recorded: none is left RUNNING in the study
+    # (Tune's own handler stopped it unrecorded), and every study trial has its record
+    states = [t.state for t in _study(out, "t").get_trials()]
+    assert optuna.trial.TrialState.RUNNING not in states and len(states) == n, (states, n)
     if shutil.which("ss"):  # a local search listens on loopback only: GCS, raylet, workers, agents, metrics
         assert len(seen) >= 3, seen
         exposed = {a: w for a, w in seen.items() if not a.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:"))}

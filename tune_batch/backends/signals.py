@@ -13,9 +13,8 @@ received: dict[str, int | None] = {"signal": None}
 
 @contextlib.contextmanager
 def sigterm_as_sigint() -> Iterator[None]:
-    """For the duration, SIGTERM is re-raised as SIGINT (Ray Tune then stops the experiment and
-    its running trials, unrecorded: run again when the search continues; the in-process backend
-    gets KeyboardInterrupt), and the
+    """For the duration, SIGTERM is re-raised as SIGINT (outside a search's ``graceful`` stretch,
+    which handles both itself), and the
     signal is remembered in ``received``. The previous SIGTERM handler is put back."""
     if threading.current_thread() is not threading.main_thread():
         yield

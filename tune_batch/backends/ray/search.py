@@ -3,6 +3,7 @@ proposes the trials, followed in the same experiment by the later stages' planne
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
 from tune_batch.backends.ray.searcher import ConstrainedOptunaSearch, Staged
 from tune_batch.backends.ray.session import check_client_run_dir, node_cpus, ray_session
 from tune_batch.backends.ray.trainable import ray_trainable
+from tune_batch.backends.signals import graceful
 from tune_batch.config import Config
 from tune_batch.config.callables import registered
 from tune_batch.store.records import Params, TrialResult
@@ -42,6 +44,21 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
     progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
                  f"{plan.request(1)}; up to {plan.concurrent} at a time"
                  + (f"; worker groups: {groups}" if groups else ""))
+
+
+@contextmanager
+def _env(**values: str) -> Iterator[None]:
+    """Environment variables set for the duration, then as they were."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], tune_config: tune.TuneConfig,
@@ -101,7 +118,10 @@ class RayBackend:
             callbacks.append(GroupSweeper())
         tune_config = tune.TuneConfig(search_alg=staged, num_samples=-1, max_concurrent_trials=plan.concurrent,
                                       reuse_actors=True)
-        _tuner_run(trainable, self.run_dir, callbacks, tune_config, self.verbose)
+        # the first Ctrl-C / SIGTERM: no new trial (Staged), the running ones finish and are recorded; Tune's
+        # own handler would stop them unrecorded. A second one stops at once (KeyboardInterrupt).
+        with graceful(), _env(TUNE_DISABLE_SIGINT_HANDLER="1"):
+            _tuner_run(trainable, self.run_dir, callbacks, tune_config, self.verbose)
         if staged.error is not None:  # a stage could not be planned: raised here, not inside Tune
             raise staged.error
 

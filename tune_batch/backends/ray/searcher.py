@@ -11,6 +11,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_batch.backends import Later
+from tune_batch.backends.signals import received
 from tune_batch.config import Config
 from tune_batch.store.records import Params, TrialResult
 from tune_batch.store.rundir import RunDir
@@ -95,6 +96,8 @@ class Staged(Searcher):
         self.done = False
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if received["signal"] is not None:  # stopping: the running trials finish, no new one starts
+            self.done = True
         if self.done:
             return Searcher.FINISHED
         try:
