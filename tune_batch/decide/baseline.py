@@ -21,7 +21,7 @@ from tune_batch.decide.confirm import BASELINE, Candidate, Confirmation, reach_t
 from tune_batch.decide.target import level
 from tune_batch.store.records import Params, Status, TrialResult
 
-__all__ = ["BASELINE", "Baseline", "compare", "is_current", "params_of", "stale_ids"]
+__all__ = ["BASELINE", "Baseline", "compare", "done_ids", "is_current", "params_of", "stale_ids"]
 
 
 def params_of(config: Config) -> Params | None:
@@ -32,10 +32,7 @@ def params_of(config: Config) -> Params | None:
 def is_current(config: Config, run: TrialResult) -> bool:
     """Whether ``run`` is a baseline run of the config's baseline as it is now: a search continued
     with another ``baseline:`` (allowed on resume) runs that one, and its earlier runs are not it."""
-    p = params_of(config)
-    q = run.params
-    return (run.info.confirm_of == BASELINE and p is not None
-            and (q.batch_size, q.lr, q.num_gpus) == (p.batch_size, p.lr, p.num_gpus))
+    return run.info.confirm_of == BASELINE and run.params == params_of(config)
 
 
 def stale_ids(config: Config, records: Sequence[TrialResult]) -> set[object]:
@@ -43,6 +40,11 @@ def stale_ids(config: Config, records: Sequence[TrialResult]) -> set[object]:
     run again (they are not done)."""
     return {r.trial_id for r in latest_per_trial(records)
             if r.info.confirm_of == BASELINE and not is_current(config, r)}
+
+
+def done_ids(config: Config, records: Sequence[TrialResult]) -> set[object]:
+    """The ids a confirmation round counts as run: every record's, but another baseline's runs."""
+    return {r.trial_id for r in records} - stale_ids(config, records)
 
 
 @dataclass(frozen=True)

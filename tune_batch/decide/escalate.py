@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 from tune_batch.analysis.report import build_report, latest_per_trial
 from tune_batch.config import Config
+from tune_batch.decide.baseline import done_ids
 from tune_batch.decide.baseline import params_of as baseline_params
-from tune_batch.decide.baseline import stale_ids
 from tune_batch.decide.confirm import BASELINE, confirm
 from tune_batch.decide.confirm import jobs as confirm_jobs
 from tune_batch.decide.recommend import confirm_order
@@ -38,7 +38,7 @@ def escalations(config: Config, records: Sequence[TrialResult]) -> list[Job]:
         return []
     runs = [r for r in latest if r.info.confirm_of not in (None, BASELINE)]
     order = confirm_order(base)
-    done = {r.trial_id for r in records} - stale_ids(config, records)
+    done = done_ids(config, records)
     rung = 1
     while rung <= c.escalations:
         mine = [r for r in runs if (r.info.rung or 1) == rung]

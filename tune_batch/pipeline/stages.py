@@ -21,8 +21,8 @@ from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import received
 from tune_batch.config import Config
+from tune_batch.decide.baseline import done_ids
 from tune_batch.decide.baseline import params_of as baseline_params
-from tune_batch.decide.baseline import stale_ids
 from tune_batch.decide.confirm import jobs as confirm_jobs
 from tune_batch.decide.escalate import escalations
 from tune_batch.decide.recommend import confirm_candidates, replacements
@@ -60,8 +60,7 @@ def confirms_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
     if budget_used(_searched(records)) < config.budget.trials or repeats_of(config, records):
         return []
     base = build_report(config, [r for r in records if r.info.confirm_of is None])
-    done = {r.trial_id for r in records} - stale_ids(config, records)  # another baseline's runs: run this one's
-    return confirm_jobs(config, confirm_candidates(base), done, baseline_params(config))
+    return confirm_jobs(config, confirm_candidates(base), done_ids(config, records), baseline_params(config))
 
 
 def escalations_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
