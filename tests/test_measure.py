@@ -70,19 +70,30 @@ def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
             (x @ w).sum().backward()
         return n * 2 * (2 * 256 * 768 * 4096) / (time.perf_counter() - t0) / peak
 
-    before = bench_mfu()
     cfg = tiny_config(model={"name": "tests.workloads:one_matmul", "kwargs": {}}, resources={"peak_flops": peak},
                       budget={"train_samples": 4096})
-    res = run_trial(cfg, {"batch_size": 256, "lr": 0.01, "num_gpus": 1}, validate=False)
-    assert res.status == "ok", res.reason
-    assert res.info.peak_source == "config: resources.peak_flops"
-    after = bench_mfu()
     # the same order as the bare matmuls, within a factor of 2 of them measured before and after
-    # the trial: the host's speed drifts by +-20 % between two measurements seconds apart (a 35 %
-    # bound failed once in a full suite; on a noisy 2-core VM one bench after the trial read 2.02x
-    # the trial), while a wrong FLOP count or unit would be off by 3x (forward only) to 256x
-    assert 0.5 * min(before, after) <= res.metrics.mfu <= 2.0 * max(before, after), (before, res.metrics.mfu, after)
+    # the trial (the count itself is checked exactly below; this checks the clock and the units).
+    # On this noisy 2-core VM the bare matmuls read 1.4-2.4 from one test run to the next and one
+    # bench after the trial once read 2.02x the trial, so a miss is measured again, up to three
+    # times: a wrong unit (1e3x) misses on every attempt, noise does not
+    readings = []
+    for _ in range(3):
+        before = bench_mfu()
+        res = run_trial(cfg, {"batch_size": 256, "lr": 0.01, "num_gpus": 1}, validate=False)
+        assert res.status == "ok", res.reason
+        assert res.info.peak_source == "config: resources.peak_flops"
+        after = bench_mfu()
+        readings.append((before, res.metrics.mfu, after))
+        if 0.5 * min(before, after) <= res.metrics.mfu <= 2.0 * max(before, after):
+            break
+    else:
+        raise AssertionError(f"MFU outside 0.5-2x the bare matmuls three times (before, trial, after): {readings}")
     assert res.metrics.model_flops_per_s == pytest.approx(res.metrics.mfu * peak)
+    # the count itself, exactly: forward 2*768*4096 + 2*4096*10; backward the first layer's weight
+    # gradient only (its input needs none), the head's input and weight gradients
+    assert res.info.model_flops_per_sample == 4 * 768 * 4096 + 6 * 4096 * 10
+    assert res.metrics.model_flops_per_s == pytest.approx(res.info.model_flops_per_sample * res.metrics.samples_per_s)
 
 
 def test_measured_cpu_peak_covers_matmul_and_conv() -> None:
