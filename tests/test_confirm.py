@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tiny_config
+from tune_batch.analysis.noise import slower_beyond_noise
 from tune_batch.analysis.notes import texts
 from tune_batch.analysis.pareto import parse_prefer
 from tune_batch.config import load_config
@@ -25,9 +26,9 @@ from tune_batch.store.records import Status, TrialResult
 from tune_batch.trial.curve import confirm_run, eval_steps
 
 
-def _rec(tid, sps, acc, b=16, lr=0.01, **info) -> TrialResult:
+def _rec(tid, sps, acc, b=16, lr=0.01, gpus=1, **info) -> TrialResult:
     return TrialResult.from_record({
-        "trial_id": tid, "params": {"batch_size": b, "lr": lr, "num_gpus": 1}, "status": "ok",
+        "trial_id": tid, "params": {"batch_size": b, "lr": lr, "num_gpus": gpus}, "status": "ok",
         "metrics": {"samples_per_s": sps, "val_acc": acc, "peak_mem_bytes": 2**20 * b},
         "info": {"seed": 0, "chance_acc": 0.1, **info}})
 
@@ -489,6 +490,29 @@ def test_the_prediction_does_not_overturn_runs_that_differ_beyond_their_spread()
     assert est[1] < est[0] and open_.best.trial.trial_id == 1
 
 
+def test_a_worker_groups_spread_does_not_hide_a_gap_between_one_worker_candidates() -> None:
+    """The runs' spread is pooled per GPU count. Seen on a quickstart search over num_gpus [1, 2]:
+    the one-worker candidates' runs reached the target at 3.41-3.86 s and 5.41-6.02 s, the 2-worker
+    group's at 3.97 and 8.41 s; pooled over all three, the group's spread put the 1.57x gap inside
+    the noise, and the prediction recommended the slower one-worker candidate."""
+    times = {12: [3.41, 3.86], 3: [5.41, 6.02], 1: [3.97, 8.41]}
+    assert slower_beyond_noise(times) == set()  # one pool: nothing is slower beyond it
+    assert slower_beyond_noise(times, {12: 1, 3: 1, 1: 2}) == {3}
+    assert slower_beyond_noise({12: [3.41, 3.86], 3: [5.41, 6.02]}) == {3}  # the pair alone, as before
+
+    gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50: the blend favours batch 32
+    short = [_rec(0, 2000, 0.90, b=256, **gns), _rec(1, 1000, 0.95, b=32, **gns),
+             _rec(2, 1800, 0.93, b=256, gpus=2, **gns)]
+    sps = {0: 2000, 1: 1000, 2: 1800}
+    runs = [_rec(f"{t}c{k}", sps[t], 0.97, b=32 if t == 1 else 256, gpus=2 if t == 2 else 1, confirm_of=t,
+                 seed=k + 1, curve=_curve([0.5, 0.97], samples=sps[t] * s / 2, step_s=s / 2))
+            for t, pair in {0: (1.0, 1.1), 1: (2.6, 2.8), 2: (1.2, 6.0)}.items() for k, s in enumerate(pair)]
+    report = decide(tiny_config(objectives=OBJ, space={"num_gpus": [1, 2]}), short + runs)
+    est = {c.trial.trial_id: c.estimate_s for c in report.confirmation.candidates}
+    assert est[1] < est[0]  # the blend alone would recommend batch 32
+    assert report.recommended.trial_id == 0 and "the runs decide" in render_summary(report)
+
+
 def test_a_loss_is_reached_from_above_and_the_metric_is_checked_at_load() -> None:
     from tune_batch.config import load_config
     from tune_batch.errors import ConfigError
@@ -863,6 +887,20 @@ def test_the_baseline_is_not_kept_where_another_candidate_was_as_quick() -> None
     assert as_if.baseline.speedup < 1 and as_if.baseline.beyond_noise  # sooner than that pick beyond noise
     kept = _keep_baseline(as_if, None)
     assert kept.recommended.trial_id == 0 and not kept.baseline.kept
+
+
+def test_the_baseline_speedups_spread_leaves_out_worker_groups_of_other_gpu_counts() -> None:
+    """The baseline and the pick on one worker each: a 2-worker candidate's runs (3 and 12 s to the
+    target) do not widen their interval (they hid a baseline sooner beyond noise)."""
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 3, "target": 0.9}, space={"num_gpus": [1, 2]},
+                      baseline={"batch_size": 32, "lr": 0.01})
+    group = [_rec(2, 1800, 0.89, b=64, gpus=2)]
+    group += [_rec(f"2c{s}", 1800, 0.93, b=64, gpus=2, confirm_of=2, seed=s,
+                   curve=_curve([0.5, 0.8, 0.91, 0.93], step_s=step)) for s, step in ((0, 1.0), (1, 4.0))]
+    b = decide(cfg, _baseline_case(0.5) + group).baseline
+    assert b.kept and b.beyond_noise and b.speedup_interval[1] < 1, b.speedup_interval
+    alone = decide(cfg, _baseline_case(0.5)).baseline  # the same interval as without the group
+    assert b.speedup_interval == pytest.approx(alone.speedup_interval)
 
 
 def test_the_baseline_comparison_goes_to_mlflow(tmp_path: Path) -> None:

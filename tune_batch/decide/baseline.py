@@ -176,15 +176,17 @@ class Baseline:
         return self.no_time or "no recommendation reached the target"
 
 
-def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float]) -> float | None:
-    """The speedup x the 95 % half-width of its log: the log times' spread pooled over every
-    confirmed config and the baseline, with Student's t of its degrees of freedom (two runs a side
-    and the normal 1.96 gave one degree of freedom a side the width of many). The interval is
-    ``Baseline.speedup_interval``."""
+def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float],
+                gpus: set[int]) -> float | None:
+    """The speedup x the 95 % half-width of its log: the log times' spread pooled over the
+    confirmed configs of the two sides' GPU counts (``gpus``: a worker group's runs spread
+    differently, ``slower_beyond_noise``) and the baseline, with Student's t of its degrees of
+    freedom (two runs a side and the normal 1.96 gave one degree of freedom a side the width of
+    many). The interval is ``Baseline.speedup_interval``."""
     if not mine or not theirs:
         return None
     groups = [[math.log(t) for t in reach_times(c.runs, conf.target, conf.maximize) if t > 0]
-              for c in conf.candidates]
+              for c in conf.candidates if c.trial.params.num_gpus in gpus]
     sd, df = pooled_sd([*groups, [math.log(t) for t in mine if t > 0]])
     if sd is None:
         return None
@@ -209,7 +211,7 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
     if mine is not None and rec_s:
         speedup = mine / rec_s
         theirs = reach_times(best.runs, target, up) if best is not None else []
-        ci = _speedup_ci(speedup, conf, hits, theirs)
+        ci = _speedup_ci(speedup, conf, hits, theirs, {params.num_gpus, best.trial.params.num_gpus if best else 1})
         saved = mine - rec_s
         if search_wall_s is not None and saved > 0:
             payback = math.ceil(search_wall_s / saved)

@@ -178,12 +178,12 @@ class Confirmation:
         close to the memory limit); one whose memory grew only when all did; ties: the long-budget rank."""
         if self.at_length:
             return self.best_at_length(devices)
-        reached = [c for c in self.candidates
-                   if c.time_to_target_s is not None and c.trial.trial_id not in self.excluded]
-        steady = [c for c in reached if not c.grows] or reached
+        hit = [c for c in self.candidates if c.time_to_target_s is not None and c.trial.trial_id not in self.excluded]
+        steady = [c for c in hit if not c.grows] or hit
         # the prediction weighs in only where the runs leave the order open: a candidate whose runs
         # reached the target later than another's beyond their spread is not ranked ahead of it
-        slower = slower_beyond_noise({c.trial.trial_id: self.run_times(c, devices) for c in steady})
+        slower = slower_beyond_noise({c.trial.trial_id: self.run_times(c, devices) for c in steady},
+                                     {c.trial.trial_id: c.trial.params.num_gpus for c in steady})
         steady = [c for c in steady if c.trial.trial_id not in slower] or steady
         return min(steady, key=lambda c: (c.ranked_by(devices) or 0.0, c.long_rank), default=None)
 
@@ -225,7 +225,8 @@ class Confirmation:
                     for r in c.runs]
 
         near = [c for c in pool if within(c)]
-        slow = slower_beyond_noise({c.trial.trial_id: walls(c) for c in near})
+        slow = slower_beyond_noise({c.trial.trial_id: walls(c) for c in near},
+                                   {c.trial.trial_id: c.trial.params.num_gpus for c in near})
         quick = [c for c in near if c.trial.trial_id not in slow] or near
         return min(quick, key=lambda c: (-sign * mean[c.trial.trial_id], statistics.median(walls(c)), c.long_rank))
 
