@@ -94,3 +94,23 @@ def test_an_unexpected_error_in_a_ray_trial_is_named_by_the_error_itself() -> No
     assert error_reason(wrapped(ValueError("bad shape\nmore"))) == "ray: ValueError: bad shape"
     assert error_reason(wrapped(ConfigError("x: not allowed"))) == "x: not allowed"  # our own: its message alone
     assert "\x1b" not in error_reason(RayTaskError("f", "tb", None, proctitle="ray::f()"))
+
+
+@pytest.mark.parametrize("backend", ["optuna", "ray"])
+def test_a_config_mistake_every_trial_meets_stops_the_search_after_the_first(tmp_path: Path, backend: str) -> None:
+    """A lightning search whose objective its module never logged trained all 4 trials to fail
+    each the same way (ValueError: objective 'eval_loss' is not among what the trainer's
+    evaluation logged); on a GPU workload that is the whole budget spent on one typo."""
+    from tune_batch.errors import CONFIG_FAULT, TrialConfigError
+
+    cfg = tiny_config(train={"evaluate": "tests.workloads:eval_not_a_dict"}, search={"backend": backend},
+                      objectives=[{"metric": "samples_per_s", "direction": "maximize"},
+                                  {"metric": "val_loss", "direction": "minimize"}],
+                      budget={"trials": 4, "train_samples": 256})
+    with pytest.raises(TrialConfigError) as e:
+        search(cfg, tmp_path / "run", quiet=True)
+    (rec,) = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
+    assert rec["status"] == "failed" and rec["reason"].startswith(CONFIG_FAULT + "train.evaluate = ")
+    assert str(e.value).startswith("train.evaluate = 'tests.workloads:eval_not_a_dict' returned list, not a dict")
+    assert "(trial 0); every trial would end the same way, so the search stopped after 1 of 4 trial(s)" in str(e.value)
+    assert (tmp_path / "run" / "pareto.json").exists()  # the reports are written as after any search

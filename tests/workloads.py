@@ -213,3 +213,8 @@ def larger_images(batch_size: int, dataset: object, side: int = 48) -> tuple[tor
 def one_image_short(batch_size: int, dataset: object) -> tuple[torch.Tensor, torch.Tensor]:
     """A wrong ``data.worst_case``: one sample fewer than the batch."""
     return larger_images(batch_size - 1, dataset, side=16)
+
+
+def eval_not_a_dict(model, loader, device):
+    """A ``train.evaluate`` with a mistake every trial meets: it returns a list."""
+    return [0.0]

@@ -24,6 +24,16 @@ class WorkloadError(UserError):
     """The model or data set cannot be built (unknown name, offline, bad import)."""
 
 
+#: How the reason of a trial stopped by a config mistake (``TrialConfigError``) begins.
+CONFIG_FAULT = "config: "
+
+
+class TrialConfigError(UserError):
+    """A trial met a mistake in the config that every trial meets alike (an objective the
+    evaluation does not return): its record is ``failed`` with the reason ``config: ...``, and the
+    search stops after it instead of training every trial of the budget to the same end."""
+
+
 class RunDirError(UserError):
     """The run directory cannot be used (unwritable, belongs to another config)."""
 

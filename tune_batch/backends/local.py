@@ -17,7 +17,7 @@ import optuna
 from tune_batch.analysis.objectives import utilization_warning
 from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
-from tune_batch.backends.signals import graceful, received
+from tune_batch.backends.signals import graceful, stopping
 from tune_batch.config import Config, SpaceConfig
 from tune_batch.errors import ConfigError
 from tune_batch.store.jobs import Job, JobKind
@@ -128,7 +128,7 @@ def run_jobs(config: Config, run_dir: RunDir, jobs: Sequence[Job], progress: Pro
     from tune_batch.trial.curve import confirm_run
 
     for job in jobs:
-        if received["signal"] is not None:
+        if stopping():
             return
         progress.started()
         cfg = job.config_for(config)
@@ -163,7 +163,7 @@ def _search_stage(config: Config, run_dir: RunDir, *, storage: Any, study_name: 
     objective = Objective(config, run_dir=run_dir, progress=progress, policy=policy, free_skips=True)
 
     def stop_if_signalled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if received["signal"] is not None:
+        if stopping():
             study.stop()  # after the running trial, which is recorded
 
     with graceful():

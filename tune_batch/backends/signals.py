@@ -1,4 +1,5 @@
-"""Stopping a search cleanly: SIGTERM handled like Ctrl-C (SIGINT), and which one came."""
+"""Stopping a search cleanly: SIGTERM handled like Ctrl-C (SIGINT), and which one came; or a
+trial's config mistake that every trial would meet."""
 
 from __future__ import annotations
 
@@ -7,8 +8,19 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from tune_batch.store.records import TrialResult
+
 #: The signal that stopped the current search (None: none did).
 received: dict[str, int | None] = {"signal": None}
+
+#: The record of the trial whose config mistake stopped the current search, one every trial would
+#: meet (``trial.faults.is_config_fault``); None: none did.
+config_fault: dict[str, TrialResult | None] = {"record": None}
+
+
+def stopping() -> bool:
+    """Whether the current search hands out nothing more: a signal came, or a config fault."""
+    return received["signal"] is not None or config_fault["record"] is not None
 
 
 @contextlib.contextmanager

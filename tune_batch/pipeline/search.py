@@ -23,10 +23,10 @@ from typing import Any
 from tune_batch.analysis.pareto import Prefer
 from tune_batch.analysis.report import Report, latest_per_trial
 from tune_batch.backends.progress import Progress
-from tune_batch.backends.signals import received
+from tune_batch.backends.signals import config_fault, received
 from tune_batch.config import Config
 from tune_batch.decide.recommend import decide
-from tune_batch.errors import ConfigError, SearchInterrupted, UserError
+from tune_batch.errors import CONFIG_FAULT, ConfigError, SearchInterrupted, TrialConfigError, UserError
 from tune_batch.output.files import write_files
 from tune_batch.output.text import render_summary
 from tune_batch.output.tracking import check_trackers
@@ -296,7 +296,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
         progress.say(f"continuing {run_dir.path}: {used_before} trial(s) already finished, "
                      f"{max(0, config.budget.trials - used_before)} to run")
     stopped = False
-    received["signal"] = None
+    received["signal"] = config_fault["record"] = None
     todo = stages.pending(config, previous)
     if todo:  # marked running, so that a killed invocation's time still counts in the search's cost
         killed = run_dir.open_search(time.time() - (time.perf_counter() - started))
@@ -323,6 +323,11 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
               flush=True)
+    fault = config_fault["record"]
+    if fault is not None:  # every trial would have failed the same way: no use training them
+        raise TrialConfigError(f"{(fault.reason or '').removeprefix(CONFIG_FAULT)} (trial {fault.trial_id}); every "
+                               f"trial would end the same way, so the search stopped after {used} of "
+                               f"{config.budget.trials} trial(s); the records are kept in {run_dir.path}")
     if interrupted:
         raise SearchInterrupted(used, config.budget.trials, str(run_dir.path),
                                 received["signal"] or signal.SIGINT)

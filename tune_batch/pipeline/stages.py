@@ -19,7 +19,7 @@ from typing import Protocol
 from tune_batch.analysis.report import build_report, latest_per_trial
 from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
-from tune_batch.backends.signals import received
+from tune_batch.backends.signals import stopping
 from tune_batch.config import Config
 from tune_batch.decide.baseline import done_ids
 from tune_batch.decide.baseline import params_of as baseline_params
@@ -114,7 +114,7 @@ class Planned:
 
     def __next__(self) -> tuple[JobKind, list[Job]]:
         config, progress = self.config, self.progress
-        while self.stage < len(AFTER_SEARCH) and received["signal"] is None:
+        while self.stage < len(AFTER_SEARCH) and not stopping():
             kind, plan = AFTER_SEARCH[self.stage]
             jobs = plan(config, self.run_dir.records()[0])
             if not jobs or plan is not escalations_of:  # rounds go on while escalations_of plans one

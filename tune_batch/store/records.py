@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from tune_batch.errors import CONFIG_FAULT
+
 
 class Status(str, Enum):
     """A trial's outcome. Only ``ok`` is feasible (can be on a front)."""
@@ -290,3 +292,8 @@ class TrialResult:
 def budget_used(records: Iterable[TrialResult]) -> int:
     """How many of ``budget.trials`` the records use: searched trials, free skips left out."""
     return sum(1 for r in records if r.counted)
+
+
+def is_config_fault(rec: TrialResult) -> bool:
+    """Whether ``rec`` ended on a config mistake every trial would meet (``errors.TrialConfigError``)."""
+    return rec.status is Status.FAILED and (rec.reason or "").startswith(CONFIG_FAULT)

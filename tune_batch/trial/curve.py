@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
+from tune_batch.errors import TrialConfigError
 from tune_batch.measure.memory import kept_reading_at, kept_scope
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
 from tune_batch.trial import collective
@@ -156,13 +157,13 @@ def _memory_record(run: _Run, cap: MemoryCap, world: int) -> tuple[dict[str, Any
 
 def _validate(config: Config, model: torch.nn.Module, val: Any, device: torch.device, batch: int) -> float:
     """The value of the confirmation's metric (``Config.confirm_metric``) on ``val``: the built-in
-    accuracy, or what ``train.evaluate`` returns under that name (ValueError when it has none)."""
+    accuracy, or what ``train.evaluate`` returns under that name (TrialConfigError when it has none)."""
     if config.train.evaluate is None:
         return accuracy(model, val, device, batch)
     name = (config.confirm_metric or ("val_acc", "maximize"))[0]
     scores = evaluate(config, model, val, device, batch)
     if name not in scores:
-        raise ValueError(f"train.evaluate returned {sorted(scores)}: no {name!r} to read time to target on "
+        raise TrialConfigError(f"train.evaluate returned {sorted(scores)}: no {name!r} to read time to target on "
                          f"(confirm.metric)")
     return scores[name]
 

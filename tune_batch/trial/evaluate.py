@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from tune_batch.errors import TrialConfigError
 from tune_batch.trial.faults import NonFiniteError
 from tune_batch.workload.batches import loader
 
@@ -50,14 +51,14 @@ def evaluate(config: Any, model: nn.Module, val: Any, device: torch.device, batc
     finally:
         model.train()
     if not isinstance(out, dict) or not out:
-        raise ValueError(f"train.evaluate = {config.train.evaluate!r} returned {type(out).__name__}, not a dict of "
-                         f"metric names to numbers")
+        raise TrialConfigError(f"train.evaluate = {config.train.evaluate!r} returned {type(out).__name__}, not a "
+                               f"dict of metric names to numbers")
     scores = {}
     for name, value in out.items():
         try:
             scores[str(name)] = float(value)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"train.evaluate returned {name}={value!r}: not a number") from e
+            raise TrialConfigError(f"train.evaluate returned {name}={value!r}: not a number") from e
     return scores
 
 

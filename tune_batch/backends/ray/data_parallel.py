@@ -23,6 +23,7 @@ from ray.train.torch import TorchTrainer
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog, seconds_from_env
 from tune_batch.config import Config, config_from_dict
 from tune_batch.config.callables import install, registered
+from tune_batch.errors import TrialConfigError
 from tune_batch.measure.oom import is_oom_error
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
@@ -120,7 +121,7 @@ def classify_failure(exc: BaseException) -> tuple[Status, str]:
         if is_oom_error(e):
             return Status.OOM, f"a worker ran out of memory: {type(e).__name__}: {first_line(e, 250)}"
     for e in errors:
-        if isinstance(e, TrialTimeout | NonFiniteError):
+        if isinstance(e, TrialTimeout | NonFiniteError | TrialConfigError):
             return classify(e)[:2]
     inner = errors[1] if len(errors) > 1 else errors[0]  # the workers' own error before Ray's wrapper
     return Status.FAILED, f"worker group: {type(inner).__name__}: {first_line(inner)}"

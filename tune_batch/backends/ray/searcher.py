@@ -11,7 +11,7 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune_batch.backends import Later
-from tune_batch.backends.signals import received
+from tune_batch.backends.signals import stopping
 from tune_batch.config import Config
 from tune_batch.store.records import Params, TrialResult
 from tune_batch.store.rundir import RunDir
@@ -96,7 +96,7 @@ class Staged(Searcher):
         self.done = False
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if received["signal"] is not None:  # stopping: the running trials finish, no new one starts
+        if stopping():  # a signal or a config fault: the running trials finish, no new one starts
             self.done = True
         if self.done:
             return Searcher.FINISHED

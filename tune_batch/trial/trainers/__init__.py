@@ -15,7 +15,7 @@ from typing import Any
 
 from tune_batch.config import Config
 from tune_batch.config.metrics import OBJECTIVE_METRICS
-from tune_batch.errors import ConfigError, WorkloadError
+from tune_batch.errors import ConfigError, TrialConfigError, WorkloadError
 from tune_batch.store.records import Params, TrialResult
 
 
@@ -50,8 +50,8 @@ def measure_trainer(config: Config, params: Params, *, start: float | None = Non
         missing.insert(0, "val_acc")
     if validate and missing:
         logged = ", ".join(sorted(run.scores)) or "nothing"
-        raise ValueError(f"objective {missing[0]!r} is not among what the trainer's evaluation logged ({logged}); "
-                         f"log it there or choose one of those in objectives")
+        raise TrialConfigError(f"objective {missing[0]!r} is not among what the trainer's evaluation logged "
+                               f"({logged}); log it there or choose one of those in objectives")
     return record
 
 
