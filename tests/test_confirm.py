@@ -393,6 +393,11 @@ def test_a_confirmed_recommendation_off_the_short_front_is_shown_and_explained()
     assert rows[-1].split()[:2] == ["*!", "1"]  # shown, last, marked: not a row the reader must look for
     note = next(n for n in texts(report.notes) if "not on the short-budget front" in n)
     assert "trial(s) 0 better beyond noise in samples_per_s and worse beyond it in nothing" in note, note
+    # measured once each, no noise is known: a better value by any margin puts it off, and the note says so
+    once = decide(cfg, [_rec(0, 1000, 0.90, b=64), _rec(1, 500, 0.85, b=16)] + runs)
+    note = next(n for n in texts(once.notes) if "not on the short-budget front" in n)
+    assert ("trial(s) 0 better beyond noise in samples_per_s (by any margin: its noise is unknown), val_acc (by any "
+            "margin: its noise is unknown) and worse") in note, note
     payload = pareto_payload(report)
     assert payload["recommended_on_front"] is False and payload["recommended"]["trial_id"] == 1
     frame = to_frame(short + runs, report).set_index("trial_id")  # results.csv's columns

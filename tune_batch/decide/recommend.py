@@ -178,7 +178,9 @@ def off_front_note(report: Report) -> str | None:
     rv, rc = stats(rec)
     for f in report.front:
         fv, fc = stats(f)
-        ms = tuple(metrics[k] for k in better_beyond(fv, rv, fc, rc, directions))
+        # an objective whose noise is unknown (no config measured twice) is better by any margin: said so
+        ms = tuple(metrics[k] if fc[k] is not None or rc[k] is not None else f"{metrics[k]} (by any margin: its "
+                   f"noise is unknown)" for k in better_beyond(fv, rv, fc, rc, directions))
         if ms and not better_beyond(rv, fv, rc, fc, directions):
             by.setdefault(ms, []).append(str(f.trial_id))
     why = "; ".join(f"trial(s) {', '.join(ids)} better beyond noise in {', '.join(ms)} and worse beyond it in nothing"
