@@ -262,6 +262,24 @@ def test_a_throughput_ratio_inside_its_noise_takes_no_side() -> None:
     assert lines and all("the same per epoch within noise" in line for line in lines), report.tradeoffs
 
 
+def test_a_throughput_ratios_interval_is_a_ratios() -> None:
+    """Read as +- its half-width, a noisy ratio's interval reached below zero ("0.83x +- 0.94
+    samples/s", a 2-worker search on a 2-core machine); a ratio's is ratio x exp(+-w)."""
+    import re
+
+    def rep(tid, seed, sps, b):
+        r = _rec(0, sps, 0.9, b=b).to_record()
+        return TrialResult.from_record({**r, "trial_id": tid, "params": {**r["params"], "lr": 0.01 * (1 + b // 32)},
+                                        "info": {"seed": seed, **({"repeat_of": int(tid[0])} if seed else {})}})
+
+    recs = [rep(0, 0, 100.0, 16), rep("0s1", 1, 300.0, 16), rep(1, 0, 240.0, 32), rep("1s1", 1, 250.0, 32)]
+    report = build_report(tiny_config(), recs)
+    (line,) = [x for t in report.tradeoffs.values() for x in t if "samples/s" in x]
+    ratio, lo, hi = map(float, re.match(r"([\d.]+)x \(([\d.]+)-([\d.]+)\) samples/s", line).groups())
+    assert 0 < lo < ratio < hi and lo * hi == pytest.approx(ratio**2, rel=0.05), line
+    assert "+-" not in line and "within noise" in line
+
+
 def test_a_share_noise_wider_than_its_scale_is_said_to_be_unknown() -> None:
     """One config run twice (0.95 and 0.80) is one degree of freedom: "+-0.500 at 0.99" read as a
     figure, where it says the noise is not measured yet."""

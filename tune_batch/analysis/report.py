@@ -107,13 +107,16 @@ def tradeoffs(report: Report, point: TrialResult, rec: TrialResult, cap: float |
     if step_key(point) == step_key(rec):  # one throughput, measured by both: no ratio to state
         out.append("the same samples/s (the same step, another learning rate)")
     elif a_s and b_s:
+        # a ratio's interval: ratio x exp(+-w), w the two relative half-widths combined (the half-width
+        # of the log ratio); "0.83x +- 0.94" read as an interval reaching below zero
         ratio = a_s / b_s
-        rel = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) * ratio if (a_sc or b_sc) else None
-        if rel is not None and abs(ratio - 1.0) <= rel:
+        w = math.hypot((a_sc or 0) / a_s, (b_sc or 0) / b_s) if (a_sc or b_sc) else None
+        if w is not None and abs(math.log(ratio)) <= w:
             pace = "the same per epoch within noise"  # "1.00x +- 0.09 (slower per epoch)" claimed a side
         else:
             pace = f"{'faster' if ratio >= 1 else 'slower'} per epoch"
-        out.append(f"{ratio:.2f}x{_pm(rel, '.2f')} samples/s ({pace})")
+        span = f" ({ratio * math.exp(-w):.3g}-{ratio * math.exp(w):.3g})" if w is not None else ""
+        out.append(f"{ratio:.2f}x{span} samples/s ({pace})")
     names = report.config.metric_names
     # the quality the user chose (val_acc, or any val_* / eval_* the evaluation returns: a loss
     # user saw no loss in these lines); utilization only where it is an objective (on a CPU it is
