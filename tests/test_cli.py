@@ -294,3 +294,22 @@ def test_a_baseline_with_confirmation_off_is_said_not_to_be_compared(capsys: pyt
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.candidates=0")  # said before a run too
     assert code == 0 and "note: baseline: not compared" in out
     assert "note:" not in _run(capsys, "validate", QUICK)[1]
+
+
+def test_a_probe_on_a_worker_group_refuses_an_address_nothing_answers_at(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """probe --num-gpus 2 with search.address where no Ray runs waited 13 minutes for Ray's own
+    retries, then failed; a search refuses such an address in 5 s before anything is written."""
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port bound and closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    code = main(["probe", str(REPO / "configs/quickstart.yaml"), "--set", f"search.address=127.0.0.1:{port}",
+                 "--batch-size", "32", "--lr", "0.05", "--num-gpus", "2", "--output", str(tmp_path / "p")])
+    err = capsys.readouterr().err
+    assert code == 2 and time.monotonic() - start < 30
+    assert f"--address '127.0.0.1:{port}': nothing answers at 127.0.0.1:{port}" in err, err
+    assert not (tmp_path / "p").exists()

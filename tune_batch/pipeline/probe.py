@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tune_batch.config import Config
 from tune_batch.errors import UserError
-from tune_batch.pipeline.search import local_capacity, preflight
+from tune_batch.pipeline.search import check_address, local_capacity, preflight
 from tune_batch.store.records import Params, Status, TrialResult
 from tune_batch.store.rundir import RunDir
 
@@ -60,14 +61,14 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     Raises UserError for bad arguments, a workload that does not build, or an ``output`` that
     holds a search (a probe there would rewrite its config.yaml and mix its records).
     """
-    from tune_batch.trial import run_trial  # loads torch: only when a probe runs
-
     if batch_size < 1 or not (math.isfinite(lr) and lr > 0) or num_gpus < 1:
         raise UserError(f"--batch-size {batch_size} --lr {lr} --num-gpus {num_gpus}: "
                         "need batch size >= 1, a finite lr > 0, num_gpus >= 1")
     if batch_size % num_gpus:
         raise UserError(f"--batch-size {batch_size} does not split evenly over --num-gpus {num_gpus} workers: give a "
                         f"multiple of {num_gpus}")
+    if num_gpus > 1:  # an address nothing answers at is refused in 5 s: Ray itself retried for 13 min
+        check_address(config.search.address)
     if num_gpus > 1 and not config.search.address:  # refused before the output is made (a cluster's is asked there)
         capacity, what = local_capacity()
         if num_gpus > capacity:
@@ -80,6 +81,21 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     workload = preflight(config, batch_size=batch_size)
     if on_workload is not None:
         on_workload(workload)
+    made_here = not out.path.exists()
+    try:
+        res = _run_probe(config, out, Params(batch_size, lr, num_gpus))
+    except UserError:  # e.g. a cluster without the workers asked for: no directory left with only config.yaml
+        if made_here:
+            shutil.rmtree(out.path, ignore_errors=True)
+        raise
+    found = trace_steps(res.info.trace_dir) if res.info.trace_dir else None
+    return ProbeResult(res, workload, out.path, out.trials_path, found)
+
+
+def _run_probe(config: Config, out: RunDir, params: Params) -> TrialResult:
+    """The probe's one trial in ``out`` (its config written, its record appended), under its lock."""
+    from tune_batch.trial import run_trial  # loads torch: only when a probe runs
+
     with out.lock():
         searched = [r for r in out.records()[0] if r.trial_id != "probe"]
         if searched:
@@ -87,13 +103,11 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
                             f"a probe there would rewrite its config.yaml and mix its records; give the probe its "
                             f"own --output")
         out.prepare(config, force=True)
-        params = Params(batch_size, lr, num_gpus)
-        if num_gpus > 1:  # a worker group, as a search's data-parallel trial runs (Ray Train)
+        if params.num_gpus > 1:  # a worker group, as a search's data-parallel trial runs (Ray Train)
             from tune_batch.backends.ray.search import measure_group
 
             res = measure_group(config, params, out, address=config.search.address)
         else:
             res = run_trial(config, params, trial_id="probe", run_dir=out.path)
         out.append(res)
-    found = trace_steps(res.info.trace_dir) if res.info.trace_dir else None
-    return ProbeResult(res, workload, out.path, out.trials_path, found)
+    return res
