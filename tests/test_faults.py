@@ -114,3 +114,6 @@ def test_a_config_mistake_every_trial_meets_stops_the_search_after_the_first(tmp
     assert str(e.value).startswith("train.evaluate = 'tests.workloads:eval_not_a_dict' returned list, not a dict")
     assert "(trial 0); every trial would end the same way, so the search stopped after 1 of 4 trial(s)" in str(e.value)
     assert (tmp_path / "run" / "pareto.json").exists()  # the reports are written as after any search
+    from tune_batch.backends.signals import config_fault
+
+    assert config_fault["record"] is None  # nothing left to stop the next search in this process

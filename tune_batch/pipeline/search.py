@@ -323,7 +323,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
               flush=True)
-    fault = config_fault["record"]
+    fault, config_fault["record"] = config_fault["record"], None  # no state left behind for the next search
     if fault is not None:  # every trial would have failed the same way: no use training them
         raise TrialConfigError(f"{(fault.reason or '').removeprefix(CONFIG_FAULT)} (trial {fault.trial_id}); every "
                                f"trial would end the same way, so the search stopped after {used} of "
