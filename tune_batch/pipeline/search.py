@@ -327,7 +327,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     if fault is not None:  # every trial would have failed the same way: no use training them
         raise TrialConfigError(f"{(fault.reason or '').removeprefix(CONFIG_FAULT)} (trial {fault.trial_id}); every "
                                f"trial would end the same way, so the search stopped after {used} of "
-                               f"{config.budget.trials} trial(s); the records are kept in {run_dir.path}")
+                               f"{config.budget.trials} trial(s) (kept in {run_dir.path}); fix the config and run "
+                               f"it with a new --output")
     if interrupted:
         raise SearchInterrupted(used, config.budget.trials, str(run_dir.path),
                                 received["signal"] or signal.SIGINT)
