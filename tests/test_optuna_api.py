@@ -52,6 +52,20 @@ def test_objective_in_a_users_sqlite_study_with_extra_hyperparameter(tmp_path: P
             assert t.system_attrs["constraints"] == [0.0, 0.0, 0.0]
 
 
+def test_a_config_mistake_every_trial_meets_stops_the_users_own_study() -> None:
+    """In the user's study.optimize, a train.evaluate that returns no dict failed every trial
+    alike; now the first one raises, Optuna marks it FAIL and the loop stops with the error."""
+    from tune_batch.errors import TrialConfigError
+
+    cfg = tiny_config(train={"evaluate": "tests.workloads:eval_not_a_dict"}, budget={"train_samples": 256},
+                      objectives=[{"metric": "samples_per_s", "direction": "maximize"},
+                                  {"metric": "val_loss", "direction": "minimize"}])
+    study = optuna.create_study(directions=cfg.directions)
+    with pytest.raises(TrialConfigError, match=r"not a dict .*\(trial 0; every trial would end the same way\)"):
+        study.optimize(Objective(cfg), n_trials=4)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+
+
 def test_a_study_with_other_directions_is_refused(tmp_path: Path) -> None:
     cfg = tiny_config()
     study = optuna.create_study(directions=["minimize", "maximize", "maximize"])
