@@ -19,9 +19,9 @@ from tune_batch.backends import Later
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import graceful, stopping
 from tune_batch.config import Config, SpaceConfig
-from tune_batch.errors import CONFIG_FAULT, ConfigError, TrialConfigError
+from tune_batch.errors import ConfigError, TrialConfigError
 from tune_batch.store.jobs import Job, JobKind
-from tune_batch.store.records import Params, Status, TrialResult, budget_used, is_config_fault
+from tune_batch.store.records import Params, Status, TrialResult, budget_used, config_mistake
 from tune_batch.store.rundir import RunDir
 from tune_batch.study import seam
 from tune_batch.study import space as space_mod
@@ -101,9 +101,9 @@ class Objective:
         self.records.append(result)
         if self.progress:
             self.progress.finished(result)  # (a search stops after a config fault: signals.stopping)
-        elif is_config_fault(result):  # in the user's own study: its optimize() stops with the error
-            raise TrialConfigError(f"{(result.reason or '').removeprefix(CONFIG_FAULT)} (trial {trial.number}; every "
-                                   f"trial would end the same way)")
+        elif config_mistake(result):  # in the user's own study: its optimize() stops with the error
+            raise TrialConfigError(f"{config_mistake(result)} (trial {trial.number}; every trial would end the "
+                                   f"same way)")
         floor = None if result.status is Status.OK else seam.feasible_floor(trial.study)
         # told: throughput as its step's mean so far (Policy.told); the record keeps the reading
         return seam.answer(self.config, self.policy.told(result), floor)  # None: Optuna records a FAIL

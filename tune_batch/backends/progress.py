@@ -9,7 +9,7 @@ from typing import Any, TextIO
 from tune_batch.analysis.pareto import front
 from tune_batch.backends.signals import config_fault
 from tune_batch.config import Config
-from tune_batch.store.records import Status, TrialResult, is_config_fault
+from tune_batch.store.records import Status, TrialResult, config_mistake
 
 
 def _clock(seconds: float) -> str:
@@ -63,7 +63,7 @@ class Progress:
         self.running += 1
 
     def finished(self, rec: TrialResult) -> None:
-        if is_config_fault(rec) and config_fault["record"] is None:  # the search stops after it
+        if config_mistake(rec) and config_fault["record"] is None:  # the search stops after it
             config_fault["record"] = rec
         self.running = max(0, self.running - 1)
         self.records.append(rec)

@@ -14,7 +14,7 @@ from tune_batch.store.records import TrialResult
 received: dict[str, int | None] = {"signal": None}
 
 #: The record of the trial whose config mistake stopped the current search, one every trial would
-#: meet (``trial.faults.is_config_fault``); None: none did.
+#: meet (``store.records.config_mistake``); None: none did.
 config_fault: dict[str, TrialResult | None] = {"record": None}
 
 

@@ -67,13 +67,13 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     if batch_size % num_gpus:
         raise UserError(f"--batch-size {batch_size} does not split evenly over --num-gpus {num_gpus} workers: give a "
                         f"multiple of {num_gpus}")
-    if num_gpus > 1:  # an address nothing answers at is refused in 5 s: Ray itself retried for 13 min
-        check_address(config.search.address)
-    if num_gpus > 1 and not config.search.address:  # refused before the output is made (a cluster's is asked there)
-        capacity, what = local_capacity()
-        if num_gpus > capacity:
-            raise UserError(f"--num-gpus {num_gpus}: this machine has {what}; give a count it has, or set "
-                            f"search.address to a cluster")
+    if num_gpus > 1:  # refused before the output is made
+        check_address(config.search.address)  # nothing answers: refused in 5 s (Ray itself retried for 13 min)
+        if not config.search.address:  # this machine's capacity (a cluster's is asked when the group runs)
+            capacity, what = local_capacity()
+            if num_gpus > capacity:
+                raise UserError(f"--num-gpus {num_gpus}: this machine has {what}; give a count it has, or set "
+                                f"search.address to a cluster")
     if profile is not None:
         config = config.model_copy(update={"profile": config.profile.model_copy(update={"enabled": profile})})
     out = RunDir(f"runs/{config.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if output is None else output)

@@ -26,14 +26,14 @@ from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import config_fault, received
 from tune_batch.config import Config
 from tune_batch.decide.recommend import decide
-from tune_batch.errors import CONFIG_FAULT, ConfigError, SearchInterrupted, TrialConfigError, UserError
+from tune_batch.errors import ConfigError, SearchInterrupted, TrialConfigError, UserError
 from tune_batch.output.files import write_files
 from tune_batch.output.text import render_summary
 from tune_batch.output.tracking import check_trackers
 from tune_batch.pipeline import stages
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
 from tune_batch.pipeline.stages import Backend, run_stages
-from tune_batch.store.records import TrialResult, budget_used
+from tune_batch.store.records import TrialResult, budget_used, config_mistake
 from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
 
@@ -325,7 +325,7 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
               flush=True)
     fault, config_fault["record"] = config_fault["record"], None  # no state left behind for the next search
     if fault is not None:  # every trial would have failed the same way: no use training them
-        raise TrialConfigError(f"{(fault.reason or '').removeprefix(CONFIG_FAULT)} (trial {fault.trial_id}); every "
+        raise TrialConfigError(f"{config_mistake(fault)} (trial {fault.trial_id}); every "
                                f"trial would end the same way, so the search stopped after {used} of "
                                f"{config.budget.trials} trial(s) (kept in {run_dir.path}); fix the config and run "
                                f"it with a new --output")

@@ -294,6 +294,10 @@ def budget_used(records: Iterable[TrialResult]) -> int:
     return sum(1 for r in records if r.counted)
 
 
-def is_config_fault(rec: TrialResult) -> bool:
-    """Whether ``rec`` ended on a config mistake every trial would meet (``errors.TrialConfigError``)."""
-    return rec.status is Status.FAILED and (rec.reason or "").startswith(CONFIG_FAULT)
+def config_mistake(rec: TrialResult) -> str | None:
+    """The config mistake ``rec`` ended on, one every trial would meet (``errors.TrialConfigError``:
+    its reason without the ``config: `` mark); None when it ended otherwise."""
+    reason = rec.reason or ""
+    if rec.status is Status.FAILED and reason.startswith(CONFIG_FAULT):
+        return reason.removeprefix(CONFIG_FAULT)
+    return None

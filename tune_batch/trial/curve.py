@@ -164,7 +164,7 @@ def _validate(config: Config, model: torch.nn.Module, val: Any, device: torch.de
     scores = evaluate(config, model, val, device, batch)
     if name not in scores:
         raise TrialConfigError(f"train.evaluate returned {sorted(scores)}: no {name!r} to read time to target on "
-                         f"(confirm.metric)")
+                               f"(confirm.metric)")
     return scores[name]
 
 
