@@ -179,6 +179,9 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     n = len(jsonl.read_text().splitlines())
     assert 2 <= n < 5
     assert f"interrupted after {n} of 5 trials" in stderr and "Traceback" not in stderr
+    # said at the signal, not only at the end: the user knows the search is stopping, and how to stop it at once
+    said = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert f"{said}: no new trial starts; the running ones finish and are recorded" in stderr, stderr[-2000:]
     assert "Pareto front" in stdout and (out / "pareto.json").exists()  # what finished is reported
     # the resume is the same after either signal and after SIGKILL, which leaves RUNNING trials
     # behind: tested above on both backends (and test_reliability's continued search)

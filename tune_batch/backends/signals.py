@@ -4,6 +4,7 @@ trial's config mistake that every trial would meet."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -44,6 +45,17 @@ def sigterm_as_sigint() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def _say_stopping(signum: int) -> None:
+    """One line on stderr at the first signal: what happens now, and how to stop at once. Written
+    with os.write: a handler that prints could land inside the main thread's own print."""
+    name, again = ("Ctrl-C", "Ctrl-C again") if signum == signal.SIGINT else (signal.Signals(signum).name,
+                                                                              "a second signal")
+    line = (f"\n{name}: no new trial starts; the running ones finish and are recorded, then the results are "
+            f"written ({again} stops at once, without them)\n")
+    with contextlib.suppress(OSError):
+        os.write(2, line.encode())
+
+
 @contextlib.contextmanager
 def graceful() -> Iterator[None]:
     """For the duration, the first SIGINT or SIGTERM only records itself in ``received`` (the
@@ -57,6 +69,7 @@ def graceful() -> Iterator[None]:
         if received["signal"] is not None:
             raise KeyboardInterrupt
         received["signal"] = signum
+        _say_stopping(signum)
 
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in before:
