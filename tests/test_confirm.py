@@ -864,6 +864,8 @@ def test_a_kept_baseline_below_the_searchs_batch_per_worker_is_a_best_yaml_that_
     write_files(report, tmp_path)
     best = load_config(tmp_path / "best.yaml")
     assert (best.space.batch_size, best.space.num_gpus, best.space.min_batch_per_gpu) == ([16], [2], 8)
+    # its figures are a confirmation run's, at length, and say so (no short-budget runs to average)
+    assert "the baseline's first confirmation run, at length" in (tmp_path / "best.yaml").read_text()
 
 
 def test_the_baseline_is_not_kept_where_another_candidate_was_as_quick() -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,34 @@ def test_report_files_from_records(tmp_path: Path) -> None:
 
     back = pd.read_csv(tmp_path / "results.csv")
     assert list(back.columns) == list(to_frame(recs, report).columns) and back.shape[0] == 4
+
+
+def test_best_yaml_and_export_state_the_recommendations_means_with_their_noise(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """best.yaml and `export` printed one trial's own reading as "measured" (a Keras run: val_acc
+    0.95, while the front read 0.921 +- 0.137 over its two runs): now the front's figures."""
+    from tune_batch.cli import main
+
+    run = RunDir(tmp_path / "run")
+    run.prepare(tiny_config())
+    runs = {0: [(10.0, 0.90), (14.0, 0.80)], 1: [(20.0, 0.50), (23.0, 0.56)]}
+    for tid, readings in runs.items():
+        for seed, (sps, acc) in enumerate(readings):
+            rec = _rec(tid, sps=sps, acc=acc, b=16 if tid == 0 else 64).to_record()
+            if seed:
+                rec["trial_id"], rec["info"] = f"{tid}s{seed}", {"repeat_of": tid}
+            run.append(TrialResult.from_record(rec))
+    assert main(["report", str(run.path)]) == 0
+    pareto = json.loads((run.path / "pareto.json").read_text())
+    rec = next(t for t in pareto["trials"] if t["trial_id"] == pareto["recommended_trial_id"])
+    sps, acc = (statistics.fmean(x[i] for x in runs[rec["trial_id"]]) for i in (0, 1))
+    assert rec["metrics"]["samples_per_s"] == pytest.approx(sps) and rec["metrics"]["val_acc"] == pytest.approx(acc)
+    figures = (f"samples_per_s={sps:.4g} +- {rec['metrics']['samples_per_s_ci']:.3g}, device_util=0.9 +- 0, "
+               f"val_acc={acc:.4g} +- {rec['metrics']['val_acc_ci']:.3g} (mean +- 95 % half-width over 2 run(s))")
+    assert f"# measured: {figures}\n" in (run.path / "best.yaml").read_text()
+    capsys.readouterr()
+    assert main(["export", str(run.path), "--to", "lightning"]) == 0
+    assert f"; measured {figures}\n" in capsys.readouterr().out
 
 
 def test_one_writer_per_run_directory(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ class Recommended:
     accumulation: int  # micro-batches per optimizer step in the recommended trial
     loop: str  # train.loop of the run: tune_batch's own, or the trainer it was measured in
     method: str
-    measured: dict[str, float]
+    measured: str  # the objectives as the front shows them (``Report.measured``)
 
     @property
     def micro_batch(self) -> int:
@@ -54,9 +54,8 @@ def recommended(run_dir: str | Path) -> Recommended:
     if rec is None:
         raise UserError(f"run_dir {str(run_dir)!r}: nothing is recommended (no feasible trial); nothing to export")
     p = rec.params
-    measured = {m: v for m in config.metric_names if (v := rec.metrics.value(m)) is not None}
     return Recommended(rec.trial_id, p.batch_size, p.lr, p.num_gpus, int(rec.info.accumulation_steps or 1),
-                       config.train.loop, report.method, measured)
+                       config.train.loop, report.method, report.measured(rec))
 
 
 def to_transformers(run_dir: str | Path) -> dict[str, Any]:
@@ -108,9 +107,8 @@ def _call(name: str, kwargs: dict[str, Any], indent: str = "") -> str:
 
 def header(r: Recommended, target: str) -> list[str]:
     """Comment lines: which trial, how it was chosen, what it measured, where it was measured."""
-    figures = ", ".join(f"{k}={v:.4g}" for k, v in r.measured.items())
     lines = [f"# tune_batch: trial {r.trial_id} ({r.method}): batch_size={r.batch_size} lr={r.lr:.6g} "
-             f"num_gpus={r.num_gpus}; measured {figures}",
+             f"num_gpus={r.num_gpus}; measured {r.measured}",
              f"# measured in: {r.loop}" + ("" if r.loop == "tune_batch" else " (the user's own trainer)")]
     if r.loop != target:
         lines.append(f"# not measured in {target}'s loop: a search with train.loop: {target} measures it there")

@@ -85,6 +85,23 @@ class Report:
         return r.metrics.value(metric), None
 
 
+    def measured(self, r: TrialResult) -> str:
+        """``r``'s objectives as the front shows them: the mean over its config's runs with the
+        95 % half-width (the step-work metrics over every run of its step), and how many runs."""
+        p = self.points.get(r.trial_id)
+        figures = []
+        for m in self.config.metric_names:
+            value, ci = self.stat(r, m)
+            if value is not None:
+                figures.append(f"{m}={value:.4g}" + (f" +- {ci:.3g}" if ci is not None else ""))
+        if p is None:
+            what = ("the baseline's first confirmation run, at length: the search did not measure it at the trial "
+                    "budget" if r.info.confirm_of is not None else "one run; its noise unknown")
+            return ", ".join(figures) + f" ({what})"
+        steps = f"; {p.step_runs} run(s) of its step for samples/s" if p.step_runs > p.n else ""
+        return ", ".join(figures) + f" (mean +- 95 % half-width over {p.n} run(s){steps})"
+
+
 def latest_per_trial(records: Sequence[TrialResult]) -> list[TrialResult]:
     """One record per trial_id (the last written wins), in first-seen order."""
     by_id: dict[Any, TrialResult] = {}

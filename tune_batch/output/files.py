@@ -29,14 +29,13 @@ def best_config_yaml(report: Report) -> str | None:
         "min_batch_per_gpu": min(cfg.space.min_batch_per_gpu, p.per_worker_batch),
     })
     best = cfg.model_copy(update={"space": space, "budget": cfg.budget.model_copy(update={"trials": 1})})
-    measured = ((k, rec.metrics.value(k)) for k in cfg.metric_names)
     room = report.headroom(rec)
     head = [
         f"# tune_batch recommendation from trial {rec.trial_id} ({report.method})",
         f"# batch_size={p.batch_size} lr={p.lr:.6g} num_gpus={p.num_gpus}",
         f"# measured in: {cfg.train.loop}" + ("" if cfg.train.loop == "tune_batch" else " (the user's own trainer; "
                                                  f"tune-batch export RUN_DIR --to {cfg.train.loop})"),
-        "# measured: " + ", ".join(f"{k}={v:.4g}" for k, v in measured if v is not None),
+        "# measured: " + report.measured(rec),
         "# " + room.line(),
         "# memory_safety: " + yaml.safe_dump(room.to_dict(), default_flow_style=True, width=10**6).strip(),
         "# the space below is that single point; 'tune-batch search' on this file re-measures it",
