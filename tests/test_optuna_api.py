@@ -187,6 +187,38 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     # behind: tested above on both backends (and test_reliability's continued search)
 
 
+@pytest.mark.slow
+def test_a_signal_during_the_confirmation_says_that_stage_was_cut(tmp_path: Path) -> None:
+    """After the whole budget, a Ctrl-C during the confirmation runs said "interrupted after 2 of 2
+    trials" under a summary recommending from the candidates that finished: now the cut stage and
+    its runs left are named, and the same command runs the rest."""
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 2, "train_samples": 512},
+                      confirm={"candidates": 1, "seeds": 3, "train_samples": 8192, "evaluations": 2, "target": 0.3})
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tune_batch", "search", str(path), "--output", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    jsonl = out / "trials.jsonl"
+    deadline = time.monotonic() + 180
+    while not (jsonl.exists() and any('"confirm_of"' in x and '"confirm_of": null' not in x
+                                      for x in jsonl.read_text().splitlines())):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # the first confirmation run is recorded, the second one running
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    confirmed = [r for r in map(json.loads, jsonl.read_text().splitlines()) if r["info"].get("confirm_of") is not None]
+    assert len(confirmed) == 2, [r["trial_id"] for r in confirmed]  # the running one finished, the third never began
+    assert (f"interrupted during the confirmation runs, after all 2 trials, with 1 of its run(s) left: the summary "
+            f"above is from what finished; it is kept in {out} (run the same command again to run the rest)") in stderr
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    confirmed = [r for r in map(json.loads, jsonl.read_text().splitlines()) if r["info"].get("confirm_of") is not None]
+    assert len(confirmed) == 3
+
+
 def _oom_at_64(config, params, *, trial_id, extra, run_dir):
     """A trial looked up, not trained: batch 64 runs out of memory, batch 16 fits."""
     from tune_batch.store.records import Metrics, Status, TrialInfo, TrialResult

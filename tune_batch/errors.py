@@ -50,7 +50,16 @@ class SearchInterrupted(TuneBatchError):
     """The search stopped before its budget (Ctrl-C, SIGTERM): what finished is kept and
     reported; the same command continues it. The command line exits 130."""
 
-    def __init__(self, finished: int, budget: int, run_dir: str, signal_number: int = 2) -> None:
-        super().__init__(f"interrupted after {finished} of {budget} trials; the finished ones are kept in {run_dir} "
-                         f"(run the same command again to continue)")
+    def __init__(self, finished: int, budget: int, run_dir: str, signal_number: int = 2,
+                 stage: tuple[str, int] | None = None) -> None:
+        """``stage``: after the whole budget, the stage that was cut (its name, and how many of its
+        runs are left): the summary printed before is from what finished."""
+        if finished < budget or stage is None:
+            super().__init__(f"interrupted after {finished} of {budget} trials; the finished ones are kept in "
+                             f"{run_dir} (run the same command again to continue)")
+        else:
+            name, left = stage
+            super().__init__(f"interrupted during {name}, after all {budget} trials, with {left} of its run(s) "
+                             f"left: the summary above is from what finished; it is kept in {run_dir} (run the "
+                             f"same command again to run the rest)")
         self.finished, self.budget, self.signal_number = finished, budget, signal_number

@@ -331,5 +331,5 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                                f"it with a new --output")
     if interrupted:
         raise SearchInterrupted(used, config.budget.trials, str(run_dir.path),
-                                received["signal"] or signal.SIGINT)
+                                received["signal"] or signal.SIGINT, stages.pending_stage(config, records))
     return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

@@ -93,6 +93,22 @@ AFTER_SEARCH: tuple[tuple[JobKind, Callable[[Config, Sequence[TrialResult]], lis
 )
 
 
+#: What each kind of stage is called where a user reads that it was cut.
+STAGE_NAMES = {JobKind.REPEAT: "the repeats of the front candidates", JobKind.CONFIRM: "the confirmation runs"}
+
+
+def pending_stage(config: Config, records: Sequence[TrialResult]) -> tuple[str, int] | None:
+    """After the whole budget, the first stage with runs still to run, given the records: its
+    name and how many runs it plans; None when the trials or nothing are left."""
+    if budget_used(_searched(records)) < config.budget.trials:
+        return None
+    for kind, plan in AFTER_SEARCH:
+        jobs = plan(config, records)
+        if jobs:
+            return STAGE_NAMES[kind], len(jobs)
+    return None
+
+
 def pending(config: Config, records: Sequence[TrialResult]) -> bool:
     """Whether any trial or job is still to run, given the records."""
     return (budget_used(_searched(records)) < config.budget.trials
