@@ -188,7 +188,8 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
 
 
 @pytest.mark.slow
-def test_a_signal_during_the_confirmation_says_that_stage_was_cut(tmp_path: Path) -> None:
+def test_a_signal_during_the_confirmation_says_that_stage_was_cut(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """After the whole budget, a Ctrl-C during the confirmation runs said "interrupted after 2 of 2
     trials" under a summary recommending from the candidates that finished: now the cut stage and
     its runs left are named, and the same command runs the rest."""
@@ -213,10 +214,16 @@ def test_a_signal_during_the_confirmation_says_that_stage_was_cut(tmp_path: Path
     assert len(confirmed) == 2, [r["trial_id"] for r in confirmed]  # the running one finished, the third never began
     assert (f"interrupted during the confirmation runs, after all 2 trials, with 1 of its run(s) left: the summary "
             f"above is from what finished; it is kept in {out} (run the same command again to run the rest)") in stderr
+    from tune_batch.cli import main  # `report` on the directory says the same, until the search is run again
+
+    assert main(["report", str(out)]) == 0
+    assert ("note: this search is unfinished (still running, or stopped): all 2 trials done, the confirmation runs "
+            "with 1 run(s) left; the summary is from what finished") in capsys.readouterr().out
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     confirmed = [r for r in map(json.loads, jsonl.read_text().splitlines()) if r["info"].get("confirm_of") is not None]
     assert len(confirmed) == 3
+    assert main(["report", str(out)]) == 0 and "unfinished" not in capsys.readouterr().out
 
 
 def _oom_at_64(config, params, *, trial_id, extra, run_dir):

@@ -141,3 +141,20 @@ def _metrics(i: int) -> Any:
 @pytest.fixture(autouse=True)
 def _no_signal() -> None:
     assert received["signal"] is None
+
+
+def test_what_an_unfinished_search_has_left_is_said_for_report() -> None:
+    from tune_batch.pipeline.stages import unfinished
+    from tune_batch.store.records import Metrics
+
+    def ok(i: int) -> TrialResult:
+        return TrialResult(i, Params(16 * (i + 1), 0.01), Status.OK,
+                           metrics=Metrics(samples_per_s=100.0 * (i + 1), device_util=0.5, val_acc=0.9 - 0.1 * i))
+
+    cfg = tiny_config(budget={"trials": 3})
+    assert unfinished(cfg, [ok(0), ok(1)]).startswith(
+        "this search is unfinished (still running, or stopped): 2 of 3 trials done; the summary is from what finished")
+    assert unfinished(cfg, [ok(0), ok(1), ok(2)]) is None  # no repeats, no confirmation: done
+    repeated = tiny_config(budget={"trials": 3}, repeats={"seeds": 1, "candidates": 2})
+    assert "all 3 trials done, the repeats of the front candidates with 2 run(s) left" in unfinished(
+        repeated, [ok(0), ok(1), ok(2)])

@@ -143,6 +143,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from tune_batch.decide.recommend import decide
     from tune_batch.output.files import write_files
     from tune_batch.output.text import render_summary
+    from tune_batch.pipeline.stages import unfinished
     from tune_batch.store.rundir import RunDir
 
     run = RunDir(args.run_dir)
@@ -155,6 +156,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
                     search_wall_s=run.search_wall_s())
     paths = write_files(report, run.path)
     print(render_summary(report))
+    left = unfinished(cfg, records)
+    if left:
+        print(f"note: {left}")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 

@@ -109,6 +109,19 @@ def pending_stage(config: Config, records: Sequence[TrialResult]) -> tuple[str, 
     return None
 
 
+def unfinished(config: Config, records: Sequence[TrialResult]) -> str | None:
+    """What a run directory's search has left, for ``report``: None when nothing is."""
+    used = budget_used(_searched(records))
+    if used < config.budget.trials:
+        left = f"{used} of {config.budget.trials} trials done"
+    elif (stage := pending_stage(config, records)) is not None:
+        left = f"all {config.budget.trials} trials done, {stage[0]} with {stage[1]} run(s) left"
+    else:
+        return None
+    return (f"this search is unfinished (still running, or stopped): {left}; the summary is from what finished "
+            f"(its search command run again on this directory continues it)")
+
+
 def pending(config: Config, records: Sequence[TrialResult]) -> bool:
     """Whether any trial or job is still to run, given the records."""
     return (budget_used(_searched(records)) < config.budget.trials
