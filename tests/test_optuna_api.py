@@ -226,6 +226,43 @@ def test_a_signal_during_the_confirmation_says_that_stage_was_cut(tmp_path: Path
     assert main(["report", str(out)]) == 0 and "unfinished" not in capsys.readouterr().out
 
 
+def test_trials_of_a_study_optimized_on_several_threads_are_measured_one_at_a_time_in_one_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """study.optimize(n_jobs=2) ran two trials side by side: on 2 cores each read a third of the
+    throughput measured alone (1950 against 6100 samples/s), and one at a time but each from its
+    own Optuna thread still a third (OpenMP keeps a team per thread that ran torch). Now they run
+    one at a time in one measuring thread, and the user is told once."""
+    import threading
+
+    import tune_batch.backends.local as local
+
+    monkeypatch.setattr(local, "_SAID", threading.Event())
+    cfg = tiny_config(space={"batch_size": [16, 32]})
+    running, most, threads = [0], [0], set()
+    guard = threading.Lock()
+
+    def runner(config, params, **kw):
+        with guard:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threads.add(threading.current_thread().name)
+        time.sleep(0.2)
+        with guard:
+            running[0] -= 1
+        return _oom_at_64(config, params, **kw)
+
+    study = optuna.create_study(directions=cfg.directions, sampler=optuna.samplers.RandomSampler(seed=0))
+    with pytest.warns(RuntimeWarning, match="measures the trials of one process one at a time") as said:
+        study.optimize(tune_batch.optuna.Objective(cfg, runner=runner), n_trials=6, n_jobs=3)
+    assert len(said) == 1  # once, not per trial
+    assert most[0] == 1 and len(threads) == 1 and threads.pop().startswith("tune_batch-trial")
+    assert len(study.trials) == 6 and all(t.state.name == "COMPLETE" for t in study.trials)
+    # from the main thread (n_jobs=1, tune_batch's own in-process backend) a trial runs where it is called
+    threads.clear()
+    study.optimize(tune_batch.optuna.Objective(cfg, runner=runner), n_trials=1)
+    assert threads == {threading.main_thread().name}
+
+
 def _oom_at_64(config, params, *, trial_id, extra, run_dir):
     """A trial looked up, not trained: batch 64 runs out of memory, batch 16 fits."""
     from tune_batch.store.records import Metrics, Status, TrialInfo, TrialResult
