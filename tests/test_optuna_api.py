@@ -158,10 +158,9 @@ def test_sigkill_then_resume_loses_nothing_and_duplicates_nothing(tmp_path: Path
     assert optuna.trial.TrialState.RUNNING not in states
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int, code: int) -> None:
-    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 5, "train_samples": 1024})
+def _search_until(tmp_path: Path, cfg, ready, timeout_s: float) -> tuple[subprocess.Popen, Path, list[str]]:
+    """`tune-batch search` on ``cfg`` in a process of its own, returned once ``ready(lines of
+    trials.jsonl)`` holds; with its output directory and command line."""
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     out = tmp_path / "out"
@@ -169,10 +168,19 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     jsonl = out / "trials.jsonl"
-    deadline = time.monotonic() + 120
-    while not (jsonl.exists() and len(jsonl.read_text().splitlines()) >= 2):
+    deadline = time.monotonic() + timeout_s
+    while not (jsonl.exists() and ready(jsonl.read_text().splitlines())):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.1)
+    return proc, out, cmd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int, code: int) -> None:
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 5, "train_samples": 1024})
+    proc, out, _ = _search_until(tmp_path, cfg, lambda lines: len(lines) >= 2, 120)
+    jsonl = out / "trials.jsonl"
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr[-2000:]
@@ -195,18 +203,9 @@ def test_a_signal_during_the_confirmation_says_that_stage_was_cut(tmp_path: Path
     its runs left are named, and the same command runs the rest."""
     cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 2, "train_samples": 512},
                       confirm={"candidates": 1, "seeds": 3, "train_samples": 8192, "evaluations": 2, "target": 0.3})
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg.to_dict()))
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "tune_batch", "search", str(path), "--output", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc, out, cmd = _search_until(
+        tmp_path, cfg, lambda lines: any('"confirm_of"' in x and '"confirm_of": null' not in x for x in lines), 180)
     jsonl = out / "trials.jsonl"
-    deadline = time.monotonic() + 180
-    while not (jsonl.exists() and any('"confirm_of"' in x and '"confirm_of": null' not in x
-                                      for x in jsonl.read_text().splitlines())):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
-        time.sleep(0.1)
     proc.send_signal(signal.SIGINT)  # the first confirmation run is recorded, the second one running
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-2000:]
@@ -219,7 +218,8 @@ def test_a_signal_during_the_confirmation_says_that_stage_was_cut(tmp_path: Path
     assert main(["report", str(out)]) == 0
     assert ("note: this search is unfinished (still running, or stopped): all 2 trials done, the confirmation runs "
             "with 1 run(s) left; the summary is from what finished") in capsys.readouterr().out
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     confirmed = [r for r in map(json.loads, jsonl.read_text().splitlines()) if r["info"].get("confirm_of") is not None]
     assert len(confirmed) == 3
