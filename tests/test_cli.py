@@ -313,3 +313,25 @@ def test_a_probe_on_a_worker_group_refuses_an_address_nothing_answers_at(tmp_pat
     assert code == 2 and time.monotonic() - start < 30
     assert f"--address '127.0.0.1:{port}': nothing answers at 127.0.0.1:{port}" in err, err
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.slow
+def test_a_search_whose_stdout_reader_goes_away_finishes_and_keeps_everything(tmp_path: Path) -> None:
+    """`search ... | head -1`: the next progress line raised BrokenPipeError in the middle of the
+    search (a traceback, no trial recorded); now output is dropped, said once, and the search ends."""
+    import yaml
+
+    from tests.conftest import tiny_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"}, budget={"trials": 2}).to_dict()))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "tune_batch", "search", str(cfg), "--output", str(out)],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("workload: ")
+    proc.stdout.close()  # the reader goes, as `head -1` does
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, stderr[-2000:]
+    assert "Traceback" not in stderr and stderr.count("tune-batch: stdout was closed (its reader ended)") == 1
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 2 and (out / "pareto.json").exists()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 import traceback
+from typing import Any, TextIO
 
 from tune_batch.errors import SearchInterrupted, UserError
 
@@ -176,7 +179,53 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+class _ReaderMayGo:
+    """stdout that outlives its reader: once the pipe is closed (``search ... | head``), what is
+    printed is dropped, said once on stderr, and the command goes on to its end (a search keeps
+    training and writes its run directory; before, the next progress line raised BrokenPipeError
+    in the middle of the search)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream, self._gone = stream, False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._lost()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._lost()
+
+    def _lost(self) -> None:
+        self._gone = True
+        with contextlib.suppress(OSError, ValueError):  # the buffer left behind flushes into nothing at exit
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        print("tune-batch: stdout was closed (its reader ended); going on without printing: the run directory "
+              "gets everything", file=sys.stderr, flush=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    stdout = sys.stdout
+    sys.stdout = _ReaderMayGo(stdout)  # type: ignore[assignment]
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
