@@ -562,7 +562,7 @@ def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
         rec = pareto["confirmation"]["candidates"][0]["time_to_target_s"]
         assert base["speedup"] == pytest.approx(base["time_to_target_s"] / rec)
         assert base["speedup_ci"] is not None and base["speedup_ci"] >= 0
-        assert "time to the val_acc target x" in summary[0] and "speedup" in summary[0]
+        assert "x sooner to the val_acc target (" in summary[0] or "x later to the val_acc target (" in summary[0]
     else:
         assert base["speedup_at_least"] > 0 and "never reached" in summary[0]
     # the baseline is not a candidate and not a search trial
@@ -703,7 +703,7 @@ def test_a_payback_is_claimed_only_for_a_speedup_beyond_the_runs_noise() -> None
     # the quickstart's figures: 1.47 +- 0.96 over the baseline, a 294 s search
     within = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.96, None, 2.40, 294.0, 264)
     line = within.line("val_acc")
-    assert ": within the runs' noise)" in line and "paid back after" not in line
+    assert ": within the runs' noise; " in line and "paid back after" not in line
     assert "whether it pays back is not known within that noise (after 264 run(s) at the point estimate)" in line
     assert within.to_dict()["payback_established"] is False and within.to_dict()["payback_runs"] == 264
     clear = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.20, None, 2.40, 294.0, 264)
@@ -721,7 +721,8 @@ def test_the_speedups_interval_is_a_ratios_from_the_log_times() -> None:
     lo, hi = wide.speedup_interval
     assert lo == pytest.approx(1.42 * math.exp(-2.22 / 1.42)) and hi == pytest.approx(1.42 * math.exp(2.22 / 1.42))
     assert 0 < lo < 1 < hi and not wide.beyond_noise
-    assert f"speedup 1.42, 95 % {lo:.2f}-{hi:.2f}: within the runs' noise)" in wide.line("val_acc")
+    line = wide.line("val_acc")
+    assert f"1.42x sooner to the val_acc target (95 % {lo:.2f}-{hi:.2f}: within the runs' noise; " in line
     assert "+-" not in wide.line("val_acc") and wide.to_dict()["speedup_interval"] == [lo, hi]
     # a stored mlp_adamw_images search: 6.06 with 7.88, "within noise" by 6.06 +- 7.88, is
     # 1.65-22.3 on the log scale the half-width was computed on: beyond it
@@ -806,6 +807,25 @@ def _baseline_case(base_step_s: float, base_jitter: float = 0.0) -> list[TrialRe
     runs += [_rec(f"baseline-c{s}", 800, 0.93, b=32, confirm_of="baseline", seed=s,
                   curve=_curve([0.5, 0.8, 0.91, 0.93], step_s=base_step_s + base_jitter * s)) for s in (0, 1)]
     return short + runs
+
+
+def test_the_first_line_states_the_speedup_once_in_the_direction_it_goes() -> None:
+    """It read "time to the val_acc target x0.70 (speedup 1.42, ...)": one fact twice, one way up
+    and one way down."""
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9},
+                      baseline={"batch_size": 32, "lr": 0.01})
+    sooner = decide(cfg, _baseline_case(1.5)).baseline
+    lo, hi = sooner.speedup_interval
+    assert sooner.line("val_acc").startswith(
+        f"recommendation vs the baseline (batch_size=32 lr=0.01 num_gpus=1): {sooner.speedup:.2f}x sooner to the "
+        f"val_acc target (95 % {lo:.2f}-{hi:.2f}; ")
+    assert "speedup" not in sooner.line("val_acc")
+    # the baseline a little quicker, inside the noise (so not kept): later, and the interval turned round with it
+    later = decide(cfg, _baseline_case(0.8, base_jitter=0.3)).baseline
+    assert later.speedup < 1 and not later.kept and not later.beyond_noise
+    lo, hi = later.speedup_interval
+    assert f": {1 / later.speedup:.2f}x later to the val_acc target (95 % {1 / hi:.2f}-{1 / lo:.2f}: within the " \
+           f"runs' noise; " in later.line("val_acc"), later.line("val_acc")
 
 
 def test_a_baseline_sooner_than_the_pick_beyond_noise_stays_the_recommendation(tmp_path: Path) -> None:

@@ -185,8 +185,8 @@ class _ReaderMayGo:
     training and writes its run directory; before, the next progress line raised BrokenPipeError
     in the middle of the search)."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream, self._gone = stream, False
+    def __init__(self, stream: TextIO, say: bool) -> None:
+        self._stream, self._gone, self._say = stream, False, say
 
     def write(self, text: str) -> int:
         if not self._gone:
@@ -209,26 +209,26 @@ class _ReaderMayGo:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, self._stream.fileno())
             os.close(null)
-        print("tune-batch: stdout was closed (its reader ended); going on without printing: the run directory "
-              "gets everything", file=sys.stderr, flush=True)
+        if self._say:  # a search goes on for a while: say why nothing more shows
+            print("tune-batch: stdout was closed (its reader ended); going on without printing: the run directory "
+                  "gets everything", file=sys.stderr, flush=True)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
     stdout = sys.stdout
-    sys.stdout = _ReaderMayGo(stdout)  # type: ignore[assignment]
+    sys.stdout = _ReaderMayGo(stdout, say=args.command == "search")  # type: ignore[assignment]
     try:
-        return _main(argv)
+        return _run(args)
     finally:
         sys.stdout = stdout
 
 
-def _main(argv: list[str] | None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _run(args: argparse.Namespace) -> int:
     debug = bool(getattr(args, "debug", False))
     commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report, "max-batch": _cmd_max_batch,
                 "probe": _cmd_probe, "export": _cmd_export}
