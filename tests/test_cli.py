@@ -335,3 +335,26 @@ def test_a_search_whose_stdout_reader_goes_away_finishes_and_keeps_everything(tm
     assert proc.wait(timeout=300) == 0, stderr[-2000:]
     assert "Traceback" not in stderr and stderr.count("tune-batch: stdout was closed (its reader ended)") == 1
     assert len((out / "trials.jsonl").read_text().splitlines()) == 2 and (out / "pareto.json").exists()
+
+
+@pytest.mark.slow
+def test_a_probe_stopped_by_ctrl_c_leaves_no_directory_and_promises_nothing(tmp_path: Path) -> None:
+    """Ctrl-C during a probe said "finished trials are kept in the run directory (run the same
+    command again to continue)" and left a directory holding only config.yaml."""
+    import signal
+
+    import yaml
+
+    from tests.conftest import tiny_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(budget={"train_samples": 65536}).to_dict()))
+    out = tmp_path / "p"
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "tune_batch", "probe", str(cfg), "--batch-size", "32", "--lr",
+                             "0.05", "--output", str(out)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("workload: ")  # the trial starts next: 65536 samples take a while
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert stderr.strip() == "tune-batch: interrupted; nothing was recorded" and not out.exists()

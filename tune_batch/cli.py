@@ -243,8 +243,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tune-batch: {e}", file=sys.stderr)
         return 130 if e.signal_number != signal.SIGTERM else 143
     except KeyboardInterrupt:
-        print("tune-batch: interrupted; finished trials are kept in the run directory "
-              "(run the same command again to continue)", file=sys.stderr)
+        kept = ("; finished trials are kept in the run directory (run the same command again to continue)"
+                if args.command == "search" else "; nothing was recorded" if args.command == "probe" else "")
+        print(f"tune-batch: interrupted{kept}", file=sys.stderr)
         return 130
 
 

@@ -84,8 +84,8 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     made_here = not out.path.exists()
     try:
         res = _run_probe(config, out, Params(batch_size, lr, num_gpus))
-    except UserError:  # e.g. a cluster without the workers asked for: no directory left with only config.yaml
-        if made_here:
+    except (UserError, KeyboardInterrupt):  # a cluster without the workers, Ctrl-C: no directory left with only
+        if made_here:  # config.yaml
             shutil.rmtree(out.path, ignore_errors=True)
         raise
     found = trace_steps(res.info.trace_dir) if res.info.trace_dir else None
