@@ -58,6 +58,10 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     assert p.tags["recommended_trial"] == str(res.recommended.trial_id)
     assert p.tags["objectives"] == "samples_per_s,val_acc"
     assert p.tags["recommended_batch_size"] == str(res.recommended.params.batch_size) and p.metrics["records"] == 3
+    for m in ("samples_per_s", "val_acc"):  # the recommendation's figures, as the front's: comparable across searches
+        mean, ci = res.report.stat(res.recommended, m)
+        assert p.metrics[f"recommended_{m}"] == pytest.approx(mean)
+        assert ci is None or p.metrics[f"recommended_{m}_ci"] == pytest.approx(ci)
     by_id = {c.data.tags["tune_batch.trial_id"]: c.data for c in children}
     for x in map(json.loads, lines):
         c = by_id[str(x["trial_id"])]

@@ -96,6 +96,11 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
         tags += [RunTag(f"recommended_{k}", str(v)) for k, v in rec.params.to_dict().items()]
     metrics = [Metric("hypervolume", float(report.hypervolume), now, 0)] if report.hypervolume is not None else []
     metrics += [Metric("records", float(len(report.records)), now, 0), Metric("front_size", float(len(front)), now, 0)]
+    if rec is not None:  # the recommendation's figures as the front gives them: means over its runs, half-widths
+        for m in report.config.metric_names:
+            mean, ci = report.stat(rec, m)
+            metrics += [Metric(f"recommended_{k}", v, now, 0)
+                        for k, v in _numeric({m: mean, f"{m}_ci": ci}).items()]
     b = report.baseline
     if b is not None:  # the summary's first line, comparable across searches in MLflow
         low, high = b.speedup_interval or (None, None)
