@@ -279,6 +279,11 @@ def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path:
     assert pareto["recommendation_method"].startswith("time_to_target")
     assert pareto["recommended_trial_id"] == conf["recommended_trial_id"] == res.recommended.trial_id
     assert pareto["recommended"]["trial_id"] == res.recommended.trial_id  # its own entry, front or not
+    # best.yaml heads with what chose it: the time to the target its runs at length measured
+    pick = next(c for c in conf["candidates"] if c["trial_id"] == res.recommended.trial_id)
+    assert (f"# confirmed at {conf['train_samples']:.0f} samples: reached val_acc {conf['target']:.4g} in "
+            f"{pick['time_to_target_s']:.2f} s of training ({pick['reached_target']} run(s) reached it); final "
+            f"val_acc {pick['final_val_acc']:.4g}\n") in (tmp_path / "run" / "best.yaml").read_text()
     lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
     runs = [json.loads(line) for line in lines if json.loads(line)["info"].get("confirm_of") is not None]
     assert len(runs) == 2 * n and {r["info"]["seed"] for r in runs} == {0, 1}  # each candidate x seeds 0 and 1

@@ -117,7 +117,8 @@ def test_best_yaml_and_export_state_the_recommendations_means_with_their_noise(
     sps, acc = (statistics.fmean(x[i] for x in runs[rec["trial_id"]]) for i in (0, 1))
     assert rec["metrics"]["samples_per_s"] == pytest.approx(sps) and rec["metrics"]["val_acc"] == pytest.approx(acc)
     figures = (f"samples_per_s={sps:.4g} +- {rec['metrics']['samples_per_s_ci']:.3g}, device_util=0.9 +- 0, "
-               f"val_acc={acc:.4g} +- {rec['metrics']['val_acc_ci']:.3g} (mean +- 95 % half-width over 2 run(s))")
+               f"val_acc={acc:.4g} +- {rec['metrics']['val_acc_ci']:.3g} (at the trial budget, 1024 samples: "
+               f"mean +- 95 % half-width over 2 run(s))")
     assert f"# measured: {figures}\n" in (run.path / "best.yaml").read_text()
     capsys.readouterr()
     assert main(["export", str(run.path), "--to", "lightning"]) == 0

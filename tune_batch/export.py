@@ -30,6 +30,7 @@ class Recommended:
     loop: str  # train.loop of the run: tune_batch's own, or the trainer it was measured in
     method: str
     measured: str  # the objectives as the front shows them (``Report.measured``)
+    confirmed: str | None = None  # what its confirmation runs measured (``Report.confirmed``)
 
     @property
     def micro_batch(self) -> int:
@@ -55,7 +56,7 @@ def recommended(run_dir: str | Path) -> Recommended:
         raise UserError(f"run_dir {str(run_dir)!r}: nothing is recommended (no feasible trial); nothing to export")
     p = rec.params
     return Recommended(rec.trial_id, p.batch_size, p.lr, p.num_gpus, int(rec.info.accumulation_steps or 1),
-                       config.train.loop, report.method, report.measured(rec))
+                       config.train.loop, report.method, report.measured(rec), report.confirmed(rec))
 
 
 def to_transformers(run_dir: str | Path) -> dict[str, Any]:
@@ -109,6 +110,7 @@ def header(r: Recommended, target: str) -> list[str]:
     """Comment lines: which trial, how it was chosen, what it measured, where it was measured."""
     lines = [f"# tune_batch: trial {r.trial_id} ({r.method}): batch_size={r.batch_size} lr={r.lr:.6g} "
              f"num_gpus={r.num_gpus}; measured {r.measured}",
+             *([f"# {r.confirmed}"] if r.confirmed else []),
              f"# measured in: {r.loop}" + ("" if r.loop == "tune_batch" else " (the user's own trainer)")]
     if r.loop != target:
         lines.append(f"# not measured in {target}'s loop: a search with train.loop: {target} measures it there")

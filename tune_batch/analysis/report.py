@@ -99,7 +99,22 @@ class Report:
                     "budget" if r.info.confirm_of is not None else "one run; its noise unknown")
             return ", ".join(figures) + f" ({what})"
         steps = f"; {p.step_runs} run(s) of its step for samples/s" if p.step_runs > p.n else ""
-        return ", ".join(figures) + f" (mean +- 95 % half-width over {p.n} run(s){steps})"
+        return ", ".join(figures) + (f" (at the trial budget, {self.config.budget.train_samples} samples: mean +- 95 % "
+                                     f"half-width over {p.n} run(s){steps})")
+
+
+    def confirmed(self, r: TrialResult) -> str | None:
+        """What ``r``'s confirmation runs at length measured, where it was confirmed: its time to
+        the target (median over the runs that reached it, and how many did) and its final value."""
+        conf = self.confirmation
+        c = next((c for c in conf.candidates if c.trial.trial_id == r.trial_id), None) if conf is not None else None
+        if c is None:
+            return None
+        n = len(c.runs)
+        got = (f"reached {conf.metric} {conf.target:.4g} in {c.time_to_target_s:.2f} s of training"
+               if c.time_to_target_s is not None and conf.target is not None else "did not reach the target")
+        return (f"confirmed at {conf.train_samples:.0f} samples: {got} ({c.reached} of {n} run(s) reached it); "
+                f"final {conf.metric} {c.final_acc:.4g}")
 
 
 def latest_per_trial(records: Sequence[TrialResult]) -> list[TrialResult]:

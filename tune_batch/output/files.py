@@ -36,6 +36,7 @@ def best_config_yaml(report: Report) -> str | None:
         f"# measured in: {cfg.train.loop}" + ("" if cfg.train.loop == "tune_batch" else " (the user's own trainer; "
                                                  f"tune-batch export RUN_DIR --to {cfg.train.loop})"),
         "# measured: " + report.measured(rec),
+        *([f"# {line}"] if (line := report.confirmed(rec)) else []),
         "# " + room.line(),
         "# memory_safety: " + yaml.safe_dump(room.to_dict(), default_flow_style=True, width=10**6).strip(),
         "# the space below is that single point; 'tune-batch search' on this file re-measures it",
