@@ -580,8 +580,11 @@ def test_the_baseline_is_confirmed_beside_the_candidates_and_leads_the_summary(
     assert study.user_attrs["tune_batch_baseline"]["speedup"] == base["speedup"]
 
 
+GOAL_400 = {"train_samples": 400}  # (the trials then train 256: a goal run is longer than a trial)
+
+
 def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> None:
-    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3})
+    cfg = tiny_config(objectives=OBJ, goal=GOAL_400, budget={"train_samples": 256}, confirm={"candidates": 3})
     short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16), _rec(2, 400, 0.50, b=32, lr=0.001)]
     # batch 16 reaches 0.95 x the best first (the earlier default rule), batch 64 ends higher at
     # the goal's length beyond the runs' noise: the goal asks for the best at its length (so does
@@ -612,7 +615,7 @@ def test_at_the_goal_length_a_config_far_below_the_best_is_not_tied_with_it_by_i
     freedom), which tied it with the best (0.823) and its shorter runs won. The spread pooled over
     every candidate's runs (3 degrees of freedom) tells them apart; the second stays tied with the
     best and loses on time."""
-    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3})
+    cfg = tiny_config(objectives=OBJ, goal=GOAL_400, budget={"train_samples": 256}, confirm={"candidates": 3})
     short = [_rec(0, 1000, 0.60, b=256), _rec(1, 900, 0.58, b=128), _rec(2, 1200, 0.40, b=1024, lr=0.0004)]
     finals = {0: ((0.8257, 2.6), (0.8198, 2.3)), 1: ((0.8232, 3.8), (0.8076, 4.1)), 2: ((0.6353, 2.0), (0.6650, 2.0))}
     runs = [_rec(f"{t}c{s}", 1000, acc, b=short[t].params.batch_size, lr=short[t].params.lr, confirm_of=t, seed=s,
@@ -631,7 +634,7 @@ def test_at_the_goal_length_configs_of_one_step_are_told_apart_by_their_metric_n
     within noise of each other. The run that happened to be quicker is no reason to prefer a
     config: of those not slower beyond the runs' spread, the better final is recommended. A batch
     whose runs took twice as long is slower beyond it and is passed over for its time."""
-    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3})
+    cfg = tiny_config(objectives=OBJ, goal=GOAL_400, budget={"train_samples": 256}, confirm={"candidates": 3})
     short = [_rec(0, 1000, 0.90, b=256, lr=0.003), _rec(1, 1000, 0.89, b=256, lr=0.0006),
              _rec(2, 500, 0.91, b=32, lr=0.001)]
     finals = {0: ((0.930, 2.00), (0.925, 1.90)), 1: ((0.936, 2.05), (0.931, 2.10)), 2: ((0.938, 4.1), (0.930, 3.9))}
@@ -649,7 +652,8 @@ def test_at_the_goal_length_configs_of_one_step_are_told_apart_by_their_metric_n
 def test_at_the_goal_length_a_best_that_never_reached_the_target_is_said_plainly() -> None:
     """With goal.train_samples and confirm.target, the best at the length need not be the one
     soonest to the target; the summary says why it was recommended (it once failed to render)."""
-    cfg = tiny_config(objectives=OBJ, goal={"train_samples": 400}, confirm={"candidates": 3, "target": 0.965})
+    cfg = tiny_config(objectives=OBJ, goal=GOAL_400, budget={"train_samples": 256},
+                      confirm={"candidates": 3, "target": 0.965})
     short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16)]
     runs = [_rec(f"0c{s}", 1000, 0.96, b=64, confirm_of=0, seed=s, train_samples_done=400,
                  curve=_curve([0.3, 0.6, 0.9, 0.96], step_s=1.0)) for s in (0, 1)]
@@ -682,6 +686,9 @@ def test_a_goal_target_is_the_confirmation_target() -> None:
      "confirm.train_samples=null)"),
     ({"target": 1.5}, {"confirm": {"candidates": 3}}, "goal.target = 1.5: a val_acc target must be in (0, 1]"),
     ({"epochs": 2}, {"confirm": {"candidates": 0}}, "confirm.candidates is 0"),
+    ({"train_samples": 512}, {"confirm": {"candidates": 3}},  # a run shorter than a trial: searching costs more
+     "goal.train_samples = 512 is shorter than one trial (budget.train_samples = 1024): the search would train every "
+     "config longer than your whole run; give budget.train_samples well under it (an eighth: 64)"),
 ])
 def test_a_goal_that_cannot_be_answered_is_refused_in_one_line(goal, extra, says) -> None:
     from tune_batch.errors import ConfigError
@@ -689,6 +696,18 @@ def test_a_goal_that_cannot_be_answered_is_refused_in_one_line(goal, extra, says
     with pytest.raises(ConfigError) as e:
         tiny_config(objectives=OBJ, goal=goal, **extra)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_goal_in_epochs_shorter_than_a_trial_is_refused_once_the_training_set_is_known() -> None:
+    from tune_batch.errors import ConfigError
+    from tune_batch.pipeline.search import preflight
+
+    on = {"confirm": {"candidates": 3}}
+    with pytest.raises(ConfigError) as e:  # 0.5 x 1497 training samples: 749, under the trial's 1024
+        preflight(tiny_config(objectives=OBJ, goal={"epochs": 0.5}, **on))
+    assert str(e.value).startswith("goal.epochs = 0.5 (749 samples) is shorter than one trial (budget.train_samples "
+                                   "= 1024)")
+    assert preflight(tiny_config(objectives=OBJ, goal={"epochs": 1}, **on))  # 1497: a run longer than a trial
 
 
 def test_the_goal_length_is_the_confirmation_length() -> None:

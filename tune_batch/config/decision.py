@@ -49,7 +49,8 @@ class ConfirmConfig(_Section):
 
 class GoalConfig(_Section):
     train_samples: int | None = Field(None, ge=1)
-    """The length of the run the answer is for, in samples: confirmation runs train this long."""
+    """The length of the run the answer is for, in samples: confirmation runs train this long
+    (at least budget.train_samples: a run shorter than a trial is refused)."""
     epochs: float | None = Field(None, gt=0)
     """Instead of train_samples: passes over the training set."""
     target: float | None = None

@@ -216,6 +216,13 @@ class ProfileConfig(_Section):
     """Record the Python call stack of each operator (larger traces)."""
 
 
+def short_goal(given: str, goal_samples: int, trial_samples: int) -> str:
+    """Why a goal run shorter than one trial is refused, and what to give instead."""
+    return (f"{given} is shorter than one trial (budget.train_samples = {trial_samples}): the search would train "
+            f"every config longer than your whole run; give budget.train_samples well under it (an eighth: "
+            f"{max(1, goal_samples // 8)})")
+
+
 class Config(_Section):
     name: str = "tune-batch"
     """The search's name: the Optuna study, the MLflow experiment and the default run directory
@@ -304,6 +311,9 @@ class Config(_Section):
                                  f"confirmation runs' length); for the goal's, drop {key} (--set {key}=null)")
             if g.target is not None and self.confirm_metric == ("val_acc", "maximize") and not 0 < g.target <= 1:
                 raise ValueError(f"goal.target = {g.target}: a val_acc target must be in (0, 1]")
+            if g.train_samples is not None and g.train_samples < self.budget.train_samples:
+                raise ValueError(short_goal(f"goal.train_samples = {g.train_samples}", g.train_samples,
+                                            self.budget.train_samples))
             if c.candidates == 0:
                 raise ValueError("goal: the run it describes is answered by confirmation runs; confirm.candidates "
                                  "is 0 (set it to 1 or more, or drop goal)")

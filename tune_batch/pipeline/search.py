@@ -78,6 +78,15 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     if config.budget.train_samples < 2 * smallest:
         raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
                           f"batch_size ({2 * smallest})")
+    goal = config.goal
+    if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
+        from tune_batch.config.schema import short_goal
+        from tune_batch.trial.curve import confirm_samples
+
+        samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
+        if samples < config.budget.train_samples:
+            raise ConfigError(short_goal(f"goal.epochs = {goal.epochs} ({samples} samples)", samples,
+                                         config.budget.train_samples))
     return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
 
 
