@@ -833,6 +833,20 @@ def _baseline_case(base_step_s: float, base_jitter: float = 0.0) -> list[TrialRe
     return short + runs
 
 
+@pytest.mark.parametrize("prefer", ["time_to_target", "device_seconds_to_target"])
+def test_a_preference_for_time_to_target_without_confirmation_runs_says_what_decided_instead(prefer: str) -> None:
+    """report --prefer time_to_target on a run without confirmation runs recommended by the knee
+    and said nothing of the preference it could not follow."""
+    from tune_batch.output.text import render_summary
+
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16)]
+    report = decide(tiny_config(objectives=OBJ), short, prefer=prefer)
+    assert report.recommended is not None and report.method.startswith("knee")
+    assert (f"--prefer {prefer}: this run has no confirmation runs to read a time to the target from "
+            f"(confirm.candidates = 0); the short trials' knee decided instead") in render_summary(report)
+    assert "--prefer" not in render_summary(decide(tiny_config(objectives=OBJ), short))  # not asked: not said
+
+
 def test_the_first_line_states_the_speedup_once_in_the_direction_it_goes() -> None:
     """It read "time to the val_acc target x0.70 (speedup 1.42, ...)": one fact twice, one way up
     and one way down."""

@@ -259,6 +259,11 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     report = build_report(config, short, warnings, prefer=base_prefer)
     runs = [r for r in latest if r.info.confirm_of is not None]
     if not runs:
+        if prefer in (TIME_TO_TARGET, DEVICE_SECONDS):  # asked for by name: say why it is not what decided
+            note = Note(NoteKind.DECISION, f"--prefer {prefer}: this run has no confirmation runs to read a time to "
+                                           f"the target from (confirm.candidates = {config.confirm.candidates}); "
+                                           f"the short trials' {report.method.split(':')[0]} decided instead")
+            report = dataclasses.replace(report, notes=(*report.notes, note))
         return report
     runs = last_round(runs)  # after escalation rounds, the decision reads the last
     base_runs = [r for r in runs if is_current(config, r)]  # (runs of an earlier baseline: not this one's)
