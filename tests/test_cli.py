@@ -24,7 +24,11 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "budget.trials=3")
-    assert code == 0 and "valid" in out and "3 trials" in out
+    assert code == 0 and "valid" in out and "3 trials" in out and "note:" not in out
+    # a confirmation shorter than a trial is valid but not what its user means: said
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.train_samples=1024")
+    assert code == 0 and ("note: confirm.train_samples = 1024 is shorter than one trial (budget.train_samples = "
+                          "4096): the confirmation runs see less training than the search's trials did") in out
 
 
 @pytest.mark.parametrize(("argv", "words"), [

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
-    from tune_batch.pipeline.search import baseline_unused, preflight
+    from tune_batch.pipeline.search import config_notes, preflight
 
     cfg = load_config(args.config, args.overrides)
     preflight(cfg)  # the checks a search makes before it writes anything: model, data, batch sizes
@@ -96,9 +96,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
           f"[{cfg.space.lr.low:g}, {cfg.space.lr.high:g}] x num_gpus {cfg.space.num_gpus}; "
           f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; "
           f"objectives {', '.join(cfg.metric_names)})")
-    unused = baseline_unused(cfg)
-    if unused:
-        print(f"note: {unused}")
+    for note in config_notes(cfg):
+        print(f"note: {note}")
     return 0
 
 

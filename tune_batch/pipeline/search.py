@@ -278,6 +278,17 @@ def baseline_unused(config: Config) -> str | None:
             f"set confirm.candidates >= 1, or leave baseline out")
 
 
+def config_notes(config: Config) -> list[str]:
+    """What the config asks that will not do what its user likely means (warned, not refused)."""
+    notes = [x for x in (baseline_unused(config),) if x]
+    c = config.confirm
+    if c.candidates > 0 and c.train_samples is not None and c.train_samples < config.budget.train_samples:
+        notes.append(f"confirm.train_samples = {c.train_samples} is shorter than one trial (budget.train_samples = "
+                     f"{config.budget.train_samples}): the confirmation runs see less training than the search's "
+                     f"trials did; give it a few trials' length or drop it (default: 8 trials')")
+    return notes
+
+
 def records_exist(run_dir: RunDir) -> bool:
     return run_dir.trials_path.exists() and run_dir.trials_path.stat().st_size > 0
 
@@ -294,9 +305,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     for w in warnings:
         progress.warn(w)
     progress.records = list(done)  # the front and counts include trials already finished
-    unused = baseline_unused(config)
-    if unused:
-        progress.warn(unused)
+    for note in config_notes(config):
+        progress.warn(note)
     if config.confirm_metric is None and config.confirm.candidates > 0:
         progress.say("confirmation: off: none of the objectives is a metric train.evaluate returns, to read time to "
                      "target on (confirm.metric)")
