@@ -400,3 +400,34 @@ def test_the_random_start_puts_one_learning_rate_in_each_third_of_its_range(name
         assert sorted(thirds) == [0, 1, 2], (seed, thirds)
         orders.add(tuple(thirds))
     assert len(orders) > 1
+
+
+def test_a_study_whose_trials_drew_from_other_choices_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """search --storage/--study-name on a study of batch sizes [16, 32], with the space [16, 32,
+    64]: Optuna raised "CategoricalDistribution does not support dynamic value space" from inside
+    the first trial, a traceback after the run directory was made. Now refused before it; and in
+    the user's own study.optimize by the Objective, before its first trial trains."""
+    from tune_batch.cli import main
+    from tune_batch.errors import UserError
+    from tune_batch.study.space import distributions
+
+    url = f"sqlite:///{tmp_path / 'mine.db'}"
+    before = tiny_config(space={"batch_size": [16, 32]})
+    study = optuna.create_study(study_name="mine", storage=url, directions=before.directions)
+    study.add_trial(optuna.trial.create_trial(params={"batch_size": 16, "lr": 0.05, "num_gpus": 1},
+                                              distributions=distributions(before.space), values=[100.0, 0.5, 0.5]))
+    now = tiny_config(space={"batch_size": [16, 32, 64]})
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(now.to_dict()))
+    assert main(["search", str(path), "--storage", url, "--study-name", "mine", "--output", str(tmp_path / "o")]) == 2
+    says = ("study 'mine' holds trials with batch_size drawn from [16, 32]; this search draws it from [16, 32, 64], "
+            "and one Optuna study cannot mix the two; give the same space, or another study (--study-name)")
+    assert capsys.readouterr().err == f"tune-batch: error: {says}\n" and not (tmp_path / "o").exists()
+    ran = []
+    with pytest.raises(UserError, match="cannot mix the two"):
+        study.optimize(tune_batch.optuna.Objective(now, runner=lambda *a, **k: ran.append(1)), n_trials=1)
+    assert not ran
+    from tune_batch.study.seam import check_space
+
+    check_space(url, "mine", before)  # the same choices: no refusal

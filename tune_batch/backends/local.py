@@ -127,6 +127,7 @@ class Objective:
     def __call__(self, trial: optuna.Trial) -> list[float] | None:
         if id(trial.study) not in self._checked:
             seam.check_directions(trial.study, self.config)
+            seam.check_study_space(trial.study, self.config)  # (a replay's runner looks any space up)
             self._checked.add(id(trial.study))
         searched = suggest(trial, self.config.space)
         extra = dict(self.extra_space(trial)) if self.extra_space else {}

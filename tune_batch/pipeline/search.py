@@ -221,10 +221,10 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
         raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
     progress = Progress(config, config.budget.trials, quiet=quiet)
     progress.say(f"workload: {preflight(config)}")
-    if storage_url:  # a bad URL is refused before anything is written
+    if storage_url:  # a bad URL, or a study of another space, is refused before anything is written
         from tune_batch.study import seam
 
-        seam.open_storage(storage_url)
+        seam.check_space(seam.open_storage(storage_url), study_name or config.name, config)
     check_address(address or config.search.address)
     if not (address or config.search.address):
         import torch

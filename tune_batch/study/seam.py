@@ -200,8 +200,46 @@ def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
     return added
 
 
+def check_space(storage: Any, study_name: str | None, config: Config, gpu_choices: list[int] | None = None) -> None:
+    """Refuse, in one line, a stored study whose trials drew a parameter from choices other than
+    this search's (a categorical's choices cannot change within a study: Optuna raised ValueError
+    "CategoricalDistribution does not support dynamic value space" from inside the first trial)."""
+    if storage is None or study_name is None:
+        return
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:  # a new study
+        return
+    check_study_space(study, config, gpu_choices)
+
+
+def check_study_space(study: optuna.Study, config: Config, gpu_choices: list[int] | None = None) -> None:
+    """``check_space`` on a study at hand (the user's own, in ``Objective``)."""
+    from tune_batch.study.space import distributions
+
+    study_name = study.study_name
+    mine, seen = distributions(config.space, gpu_choices), set()
+    for trial in study.get_trials(deepcopy=False):
+        for name, theirs in trial.distributions.items():
+            if name not in mine or (name, repr(theirs)) in seen:
+                continue
+            seen.add((name, repr(theirs)))
+            try:
+                optuna.distributions.check_distribution_compatibility(theirs, mine[name])
+            except ValueError:
+                raise UserError(f"study {study_name!r} holds trials with {name} drawn from {_choices(theirs)}; this "
+                                f"search draws it from {_choices(mine[name])}, and one Optuna study cannot mix "
+                                f"the two; give the same space, or another study (--study-name)") from None
+
+
+def _choices(d: Any) -> str:
+    return str(list(d.choices)) if isinstance(d, optuna.distributions.CategoricalDistribution) else repr(d)
+
+
 def create(config: Config, storage: Any, study_name: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
-    """Create (or load) a study with the config's directions; refuses mismatching ones."""
+    """Create (or load) a study with the config's directions; refuses mismatching ones, and one
+    whose trials drew from other choices (``check_space``)."""
+    check_space(storage, study_name, config)
     s = optuna.create_study(storage=storage, study_name=study_name, directions=list(config.directions),
                             sampler=sampler, load_if_exists=True)
     check_directions(s, config)

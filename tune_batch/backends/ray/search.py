@@ -28,6 +28,7 @@ from tune_batch.store.records import Params, TrialResult
 from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
 from tune_batch.study.samplers import make_sampler, probe_rule
+from tune_batch.study.seam import check_space
 from tune_batch.study.space import define_by_run, seed_points
 
 EXPERIMENT = "tune"
@@ -77,6 +78,7 @@ def _tuner_run(trainable: Any, run_dir: RunDir, callbacks: list[tune.Callback], 
 def _searcher(config: Config, plan: ResourcePlan, records: Records, *, storage: Any, study_name: str,
               policy: Policy, fresh: bool, sampler_seed: int) -> ConstrainedOptunaSearch:
     """The study's searcher for ``config.budget.trials`` trials (multi-objective, constrained)."""
+    check_space(storage, study_name, config, plan.gpu_choices)
     return ConstrainedOptunaSearch(
         partial(define_by_run, space=config.space, gpu_choices=plan.gpu_choices),
         points_to_evaluate=seed_points(config, plan.gpu_choices) if fresh else None,
