@@ -431,3 +431,22 @@ def test_a_study_whose_trials_drew_from_other_choices_is_refused_in_one_line(
     from tune_batch.study.seam import check_space
 
     check_space(url, "mine", before)  # the same choices: no refusal
+
+
+def test_a_study_of_the_gpu_counts_a_backend_could_run_is_not_refused_for_the_configs_own(tmp_path: Path) -> None:
+    """space.num_gpus [1, 2, 4] where the backend ran [1, 2] (a cluster without 4; the in-process
+    backend runs [1]): its study's trials drew from those, which the early check must not refuse;
+    the backend's own check, with its choices, passes them."""
+    from tune_batch.errors import UserError
+    from tune_batch.study.seam import check_space
+    from tune_batch.study.space import distributions
+
+    url = f"sqlite:///{tmp_path / 'mine.db'}"
+    cfg = tiny_config(space={"batch_size": [16, 32, 64], "num_gpus": [1, 2, 4]})
+    study = optuna.create_study(study_name="mine", storage=url, directions=cfg.directions)
+    study.add_trial(optuna.trial.create_trial(params={"batch_size": 32, "lr": 0.05, "num_gpus": 2},
+                                              distributions=distributions(cfg.space, [1, 2]), values=[1.0, 0.5, 0.5]))
+    check_space(url, "mine", cfg, gpus=False)  # before the cluster is known
+    check_space(url, "mine", cfg, [1, 2])  # the Ray searcher's, with the cluster's choices
+    with pytest.raises(UserError, match="num_gpus drawn from \\[1, 2\\]; this search draws it from \\[1, 2, 4\\]"):
+        check_space(url, "mine", cfg)

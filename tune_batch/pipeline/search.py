@@ -224,7 +224,8 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
     if storage_url:  # a bad URL, or a study of another space, is refused before anything is written
         from tune_batch.study import seam
 
-        seam.check_space(seam.open_storage(storage_url), study_name or config.name, config)
+        # (num_gpus: its choices are the backend's, the cluster's on Ray: checked where they are known)
+        seam.check_space(seam.open_storage(storage_url), study_name or config.name, config, gpus=False)
     check_address(address or config.search.address)
     if not (address or config.search.address):
         import torch

@@ -200,25 +200,30 @@ def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
     return added
 
 
-def check_space(storage: Any, study_name: str | None, config: Config, gpu_choices: list[int] | None = None) -> None:
+def check_space(storage: Any, study_name: str | None, config: Config, gpu_choices: list[int] | None = None,
+                gpus: bool = True) -> None:
     """Refuse, in one line, a stored study whose trials drew a parameter from choices other than
     this search's (a categorical's choices cannot change within a study: Optuna raised ValueError
-    "CategoricalDistribution does not support dynamic value space" from inside the first trial)."""
+    "CategoricalDistribution does not support dynamic value space" from inside the first trial).
+    ``gpus`` False: num_gpus left out (before a cluster says which of its choices it can run)."""
     if storage is None or study_name is None:
         return
     try:
         study = optuna.load_study(study_name=study_name, storage=storage)
     except KeyError:  # a new study
         return
-    check_study_space(study, config, gpu_choices)
+    check_study_space(study, config, gpu_choices, gpus)
 
 
-def check_study_space(study: optuna.Study, config: Config, gpu_choices: list[int] | None = None) -> None:
+def check_study_space(study: optuna.Study, config: Config, gpu_choices: list[int] | None = None,
+                      gpus: bool = True) -> None:
     """``check_space`` on a study at hand (the user's own, in ``Objective``)."""
     from tune_batch.study.space import distributions
 
     study_name = study.study_name
     mine, seen = distributions(config.space, gpu_choices), set()
+    if not gpus:
+        del mine["num_gpus"]
     for trial in study.get_trials(deepcopy=False):
         for name, theirs in trial.distributions.items():
             if name not in mine or (name, repr(theirs)) in seen:
