@@ -410,7 +410,7 @@ def test_a_study_whose_trials_drew_from_other_choices_is_refused_in_one_line(
     the user's own study.optimize by the Objective, before its first trial trains."""
     from tune_batch.cli import main
     from tune_batch.errors import UserError
-    from tune_batch.study.space import distributions
+    from tune_batch.study.seam import distributions
 
     url = f"sqlite:///{tmp_path / 'mine.db'}"
     before = tiny_config(space={"batch_size": [16, 32]})
@@ -438,8 +438,7 @@ def test_a_study_of_the_gpu_counts_a_backend_could_run_is_not_refused_for_the_co
     backend runs [1]): its study's trials drew from those, which the early check must not refuse;
     the backend's own check, with its choices, passes them."""
     from tune_batch.errors import UserError
-    from tune_batch.study.seam import check_space
-    from tune_batch.study.space import distributions
+    from tune_batch.study.seam import check_space, distributions
 
     url = f"sqlite:///{tmp_path / 'mine.db'}"
     cfg = tiny_config(space={"batch_size": [16, 32, 64], "num_gpus": [1, 2, 4]})

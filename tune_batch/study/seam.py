@@ -13,9 +13,10 @@ from typing import Any
 import optuna
 
 from tune_batch.analysis import objectives
-from tune_batch.config import Config
+from tune_batch.config import Config, SpaceConfig
 from tune_batch.errors import UserError
 from tune_batch.store.records import Status, TrialResult
+from tune_batch.study.space import PARAMS
 
 
 def directions(config: Config) -> list[optuna.study.StudyDirection]:
@@ -200,6 +201,14 @@ def rebuild(storage: optuna.storages.BaseStorage, study_name: str, config: Confi
     return added
 
 
+def distributions(space: SpaceConfig, gpu_choices: list[int] | None = None) -> dict[str, Any]:
+    """The Optuna distributions ``study.space.suggest`` draws from (the same choices and range)."""
+    batch_size, lr, num_gpus = PARAMS
+    return {batch_size: optuna.distributions.CategoricalDistribution(space.batch_choices()),
+            lr: optuna.distributions.FloatDistribution(space.lr.low, space.lr.high, log=space.lr.log),
+            num_gpus: optuna.distributions.CategoricalDistribution(gpu_choices or list(space.num_gpus))}
+
+
 def check_space(storage: Any, study_name: str | None, config: Config, gpu_choices: list[int] | None = None,
                 gpus: bool = True) -> None:
     """Refuse, in one line, a stored study whose trials drew a parameter from choices other than
@@ -218,8 +227,6 @@ def check_space(storage: Any, study_name: str | None, config: Config, gpu_choice
 def check_study_space(study: optuna.Study, config: Config, gpu_choices: list[int] | None = None,
                       gpus: bool = True) -> None:
     """``check_space`` on a study at hand (the user's own, in ``Objective``)."""
-    from tune_batch.study.space import distributions
-
     study_name = study.study_name
     mine, seen = distributions(config.space, gpu_choices), set()
     if not gpus:

@@ -41,16 +41,6 @@ def suggest(trial: Any, space: SpaceConfig, gpu_choices: list[int] | None = None
     }
 
 
-def distributions(space: SpaceConfig, gpu_choices: list[int] | None = None) -> dict[str, Any]:
-    """The Optuna distributions ``suggest`` draws from (the same choices, the same range)."""
-    import optuna
-
-    batch_size, lr, num_gpus = PARAMS
-    return {batch_size: optuna.distributions.CategoricalDistribution(space.batch_choices()),
-            lr: optuna.distributions.FloatDistribution(space.lr.low, space.lr.high, log=space.lr.log),
-            num_gpus: optuna.distributions.CategoricalDistribution(gpu_choices or list(space.num_gpus))}
-
-
 def define_by_run(trial: Any, space: SpaceConfig, gpu_choices: list[int]) -> dict[str, Any]:
     """The define-by-run function given to Ray's OptunaSearch (importable, so it pickles by
     reference). Returns the Optuna trial number so records line up with ``study.db``."""
