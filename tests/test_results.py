@@ -167,3 +167,21 @@ def test_probe_refuses_a_search_directory(tmp_path: Path, capsys: pytest.Capture
     assert main(["probe", str(cfg), "--batch-size", "16", "--lr", "0.01", "--output", str(run.path)]) == 2
     assert "holds a search" in capsys.readouterr().err
     assert (tmp_path / "r" / "config.yaml").read_text() == before and len(run.records()[0]) == 1
+
+
+@pytest.mark.parametrize(("readings", "why"), [
+    ([("ok", 0.10), ("ok", 0.11)], "nothing was learned: no config got beyond chance"),
+    ([("oom", 0.0), ("oom", 0.0)], "no feasible trial"),
+])
+def test_export_says_why_nothing_is_recommended(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                readings: list, why: str) -> None:
+    """`export` on a search that learned nothing said "(no feasible trial)", whatever the reason."""
+    from tune_batch.cli import main
+
+    run = RunDir(tmp_path / "run")
+    run.prepare(tiny_config())
+    for i, (status, acc) in enumerate(readings):
+        run.append(_rec(i, status, sps=100.0 * (i + 1), acc=acc, b=16 * (i + 1)))
+    assert main(["export", str(run.path), "--to", "keras"]) == 2
+    assert capsys.readouterr().err == (f"tune-batch: error: run_dir {str(run.path)!r}: nothing is recommended ({why}); "
+                                       f"nothing to export\n")

@@ -53,7 +53,7 @@ def recommended(run_dir: str | Path) -> Recommended:
     report = decide(config, records, warnings)
     rec = report.recommended
     if rec is None:
-        raise UserError(f"run_dir {str(run_dir)!r}: nothing is recommended (no feasible trial); nothing to export")
+        raise UserError(f"run_dir {str(run_dir)!r}: nothing is recommended ({report.why_none}); nothing to export")
     p = rec.params
     return Recommended(rec.trial_id, p.batch_size, p.lr, p.num_gpus, int(rec.info.accumulation_steps or 1),
                        config.train.loop, report.method, report.measured(rec), report.confirmed(rec))

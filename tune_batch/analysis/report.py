@@ -85,6 +85,20 @@ class Report:
         return r.metrics.value(metric), None
 
 
+    @property
+    def why_none(self) -> str | None:
+        """Why nothing is recommended, in a few words; None where something is."""
+        if self.recommended is not None:
+            return None
+        if not self.front:
+            return "no feasible trial"
+        if not self.learned:
+            return "nothing was learned: no config got beyond chance"
+        said = [n.text for n in self.notes if "no recommendation" in n.text]
+        if said:
+            return said[-1]
+        return self.method.split(": ", 1)[1] if ": " in (self.method or "") else "see tune-batch report RUN_DIR"
+
     def measured(self, r: TrialResult) -> str:
         """``r``'s objectives as the front shows them: the mean over its config's runs with the
         95 % half-width (the step-work metrics over every run of its step), and how many runs."""
