@@ -795,7 +795,16 @@ def test_scaling_efficiency_uses_one_worker_runs_measured_after_the_group() -> N
     counts = decide(cfg, short + runs).confirmation.gpu_counts()
     assert [g["num_gpus"] for g in counts] == [1, 2]
     assert counts[1]["scaling_efficiency"] == pytest.approx(3000.0 / (2 * 3600.0))  # against the best one-worker
-    assert counts[1]["scaling_efficiency_trials"] == 1
+    assert counts[1]["scaling_efficiency_trials"] == 1 and counts[1]["no_one_worker_at"] == []
+    # no one-worker trial at the group's 64 a worker: not measured, and the summary says which batch was missing
+    from tune_batch.output.text import render_summary
+
+    wide = [rec(0, 128, 2, 3000.0, 0.92), rec(1, 32, 1, 3600.0, 0.91), rec(2, 32, 1, 3400.0, 0.90)]
+    report = decide(cfg, wide + [rec(f"{t}c0", b, g, 1.0, 0.95, confirm_of=t, curve=_curve([0.5, 0.95]))
+                                 for t, b, g in ((0, 128, 2), (1, 32, 1))])
+    two = report.confirmation.gpu_counts()[1]
+    assert two["scaling_efficiency"] is None and two["no_one_worker_at"] == [64]
+    assert "scaling efficiency not measured: no one-worker trial ran 64 a worker" in render_summary(report)
 
 
 def test_a_baseline_on_another_gpu_count_is_compared_in_device_seconds_too() -> None:

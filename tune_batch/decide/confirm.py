@@ -231,23 +231,23 @@ class Confirmation:
         return min(quick, key=lambda c: (-sign * mean[c.trial.trial_id], statistics.median(walls(c)), c.long_rank))
 
     def gpu_counts(self) -> list[dict[str, Any]]:
-        """Per GPU count confirmed: its soonest candidate to the target (wall and device-seconds)
-        and the scaling efficiency its search trials measured (samples/s per device relative to
-        one worker at the same per-worker batch; 1 for one worker)."""
+        """Per GPU count confirmed: its soonest candidate to the target (wall, device-seconds), its trials'
+        scaling efficiency (samples/s per device over one worker's at the per-worker batch: no_one_worker_at)."""
         out, one = [], one_worker_sps(self.short_runs)
         for n in sorted({c.trial.params.num_gpus for c in self.candidates}):
             mine = [c for c in self.candidates if c.trial.params.num_gpus == n]
             reached = [c for c in mine if c.time_to_target_s is not None]
             fastest = min(reached, key=lambda c: c.time_to_target_s or 0.0, default=None)
             # against every one-worker run (a group trial written before them has no field of its own)
-            effs = [e for e in (scaling_efficiency(r, one) for r in self.short_runs if r.params.num_gpus == n)
-                    if e is not None]
+            groups = [r for r in self.short_runs if r.params.num_gpus == n and r.status is Status.OK]
+            effs = [e for e in (scaling_efficiency(r, one) for r in groups) if e is not None]
+            missing = sorted({r.params.per_worker_batch for r in groups} - set(one)) if n > 1 and not effs else []
             out.append({"num_gpus": n, "candidates": len(mine), "reached": len(reached),
                         "trial_id": fastest.trial.trial_id if fastest else None,
                         "time_to_target_s": fastest.time_to_target_s if fastest else None,
                         "device_seconds_to_target": fastest.device_seconds_to_target if fastest else None,
                         "scaling_efficiency": 1.0 if n == 1 else (statistics.median(effs) if effs else None),
-                        "scaling_efficiency_trials": len(effs)})
+                        "scaling_efficiency_trials": len(effs), "no_one_worker_at": missing})
         return out
 
     def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:

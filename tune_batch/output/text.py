@@ -277,7 +277,9 @@ def confirm_lines(conf: Confirmation) -> list[str]:
 
 def _count_line(g: dict[str, Any]) -> str:
     eff = g["scaling_efficiency"]
-    scale = f", scaling efficiency {eff:.2f}" if eff is not None else ", scaling efficiency not measured"
+    missing = " a worker, ".join(str(b) for b in g.get("no_one_worker_at") or [])
+    why = f": no one-worker trial ran {missing} a worker" if missing else ""
+    scale = f", scaling efficiency {eff:.2f}" if eff is not None else f", scaling efficiency not measured{why}"
     if g["time_to_target_s"] is None:
         return f"{g['num_gpus']}: none of {g['candidates']} reached the target{scale}"
     return (f"{g['num_gpus']}: {g['time_to_target_s']:.2f} s wall, {g['device_seconds_to_target']:.2f} device-s "
