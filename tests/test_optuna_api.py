@@ -449,3 +449,26 @@ def test_a_study_of_the_gpu_counts_a_backend_could_run_is_not_refused_for_the_co
     check_space(url, "mine", cfg, [1, 2])  # the Ray searcher's, with the cluster's choices
     with pytest.raises(UserError, match="num_gpus drawn from \\[1, 2\\]; this search draws it from \\[1, 2, 4\\]"):
         check_space(url, "mine", cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_search_refused_once_ray_is_up_leaves_no_directory_behind(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The Ray searcher refuses a study whose trials drew num_gpus from [1] where this cluster runs
+    [1, 2]: a refusal after the run directory was made (as `--address auto` with no cluster is)
+    left it behind, holding only config.yaml, an empty study and no record."""
+    from tune_batch.cli import main
+    from tune_batch.study.seam import distributions
+
+    url = f"sqlite:///{tmp_path / 'mine.db'}"
+    before = tiny_config(space={"batch_size": [16, 32]})
+    study = optuna.create_study(study_name="mine", storage=url, directions=before.directions)
+    study.add_trial(optuna.trial.create_trial(params={"batch_size": 32, "lr": 0.05, "num_gpus": 1},
+                                              distributions=distributions(before.space), values=[1.0, 0.5, 0.5]))
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tiny_config(space={"batch_size": [16, 32], "num_gpus": [1, 2]}).to_dict()))
+    out = tmp_path / "o"
+    assert main(["search", str(path), "--storage", url, "--study-name", "mine", "--output", str(out)]) == 2
+    assert "holds trials with num_gpus drawn from [1]; this search draws it from [1, 2]" in capsys.readouterr().err
+    assert not out.exists()

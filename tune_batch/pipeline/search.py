@@ -9,6 +9,7 @@ the study are marked FAIL and run again.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import time
@@ -233,10 +234,23 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
         check_device_util(config, torch.cuda.device_count())
         if config.search.backend == "ray":
             _check_local_gpu_choices(config)
-    with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
-        return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
-                              study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer,
-                              started=started)
+    made_here = not run_dir.path.exists()
+    try:
+        with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
+            return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
+                                  study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer,
+                                  started=started)
+    except UserError:  # refused before a trial ran (a cluster nothing answers at): no empty directory left behind
+        if made_here and _only_prepared(run_dir.path):
+            shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise
+
+
+def _only_prepared(path: Path) -> bool:
+    """Whether ``path`` holds only what preparing a run writes, with no trial recorded."""
+    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
+    empty = not (path / "trials.jsonl").exists() or (path / "trials.jsonl").stat().st_size == 0
+    return empty and names <= {".lock", "config.yaml", "search_time.json", "study.db", "trials.jsonl"}
 
 
 def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url: str | None,
