@@ -84,7 +84,6 @@ class Report:
             return p.mean[metric], p.ci.get(metric)
         return r.metrics.value(metric), None
 
-
     @property
     def why_none(self) -> str | None:
         """Why nothing is recommended, in a few words; None where something is."""
@@ -115,7 +114,6 @@ class Report:
         steps = f"; {p.step_runs} run(s) of its step for samples/s" if p.step_runs > p.n else ""
         return ", ".join(figures) + (f" (at the trial budget, {self.config.budget.train_samples} samples: mean +- 95 % "
                                      f"half-width over {p.n} run(s){steps})")
-
 
     def confirmed(self, r: TrialResult) -> str | None:
         """What ``r``'s confirmation runs at length measured, where it was confirmed: its time to

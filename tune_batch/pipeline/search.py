@@ -35,7 +35,7 @@ from tune_batch.pipeline import stages
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
 from tune_batch.pipeline.stages import Backend, run_stages
 from tune_batch.store.records import TrialResult, budget_used, config_mistake
-from tune_batch.store.rundir import RunDir
+from tune_batch.store.rundir import LOCK_FILE, RunDir
 from tune_batch.study.admission import Policy
 
 
@@ -241,16 +241,17 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
                                   study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer,
                                   started=started)
     except UserError:  # refused before a trial ran (a cluster nothing answers at): no empty directory left behind
-        if made_here and _only_prepared(run_dir.path):
+        if made_here and not records_exist(run_dir) and _only_prepared(run_dir.path):
             shutil.rmtree(run_dir.path, ignore_errors=True)
         raise
 
 
+#: What preparing a run directory writes before any trial: a directory holding no more is removable.
+_PREPARED = {LOCK_FILE, "config.yaml", "search_time.json", "study.db", "trials.jsonl"}
+
+
 def _only_prepared(path: Path) -> bool:
-    """Whether ``path`` holds only what preparing a run writes, with no trial recorded."""
-    names = {p.name for p in path.iterdir()} if path.is_dir() else set()
-    empty = not (path / "trials.jsonl").exists() or (path / "trials.jsonl").stat().st_size == 0
-    return empty and names <= {".lock", "config.yaml", "search_time.json", "study.db", "trials.jsonl"}
+    return path.is_dir() and {p.name for p in path.iterdir()} <= _PREPARED
 
 
 def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url: str | None,
@@ -352,7 +353,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     # fewer searched records than the budget: the search was stopped (every trial that ends,
     # however it ends, is recorded), whichever backend caught the signal
     used = budget_used(report.records)
-    interrupted = stopped or used < config.budget.trials or stages.pending(config, records)
+    cut = stages.pending_stage(config, records)  # planned once: each plan builds a report
+    interrupted = stopped or used < config.budget.trials or cut is not None
     if not quiet:
         print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
@@ -365,5 +367,5 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
                                f"it with a new --output")
     if interrupted:
         raise SearchInterrupted(used, config.budget.trials, str(run_dir.path),
-                                received["signal"] or signal.SIGINT, stages.pending_stage(config, records))
+                                received["signal"] or signal.SIGINT, cut)
     return SearchResult(run_dir.path, report.records, report.front, report.recommended, report)

@@ -124,8 +124,7 @@ def unfinished(config: Config, records: Sequence[TrialResult]) -> str | None:
 
 def pending(config: Config, records: Sequence[TrialResult]) -> bool:
     """Whether any trial or job is still to run, given the records."""
-    return (budget_used(_searched(records)) < config.budget.trials
-            or any(plan(config, records) for _, plan in AFTER_SEARCH))
+    return budget_used(_searched(records)) < config.budget.trials or pending_stage(config, records) is not None
 
 
 class Planned:

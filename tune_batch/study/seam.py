@@ -250,11 +250,11 @@ def _choices(d: Any) -> str:
 
 def create(config: Config, storage: Any, study_name: str | None, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     """Create (or load) a study with the config's directions; refuses mismatching ones, and one
-    whose trials drew from other choices (``check_space``)."""
-    check_space(storage, study_name, config)
+    whose trials drew from other choices (``check_study_space``)."""
     s = optuna.create_study(storage=storage, study_name=study_name, directions=list(config.directions),
                             sampler=sampler, load_if_exists=True)
     check_directions(s, config)
+    check_study_space(s, config)  # (the study at hand: not loaded twice)
     name_study(s, config)
     return s
 
