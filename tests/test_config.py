@@ -76,6 +76,15 @@ BAD = [
     ({"resources": {"device_memory": "99999999TiB"}}, ["resources.device_memory", "1 MiB to 1 PiB"]),
     ({"resources": {"cpus_per_trial": 0}}, ["resources.cpus_per_trial"]),
     ({"optimizer": {"momentum": 1.5}}, ["optimizer.momentum", "1.5"]),
+    # another optimizer would ignore SGD's momentum: said, with where its own goes
+    ({"optimizer": {"name": "adam", "momentum": 0.5}}, ["optimizer", "momentum = 0.5", "adam takes no momentum"]),
+    ({"optimizer": {"name": "rmsprop", "momentum": 0.5}}, ["momentum = 0.5", "optimizer.kwargs: {momentum: 0.5}"]),
+    # a trainer makes its own optimizer: what only tune_batch's loop reads is refused, not ignored
+    ({"train": {"loop": "lightning", "builder": "tune_batch.workload.examples.lightning_cnn:build"},
+      "optimizer": {"weight_decay": 0.1}},
+     ["optimizer.weight_decay = 0.1", "train.loop = 'lightning'", "set it there"]),
+    ({"train": {"loop": "keras", "builder": "tune_batch.workload.examples.keras_dense:build"},
+      "optimizer": {"name": "adam", "kwargs": {"eps": 1e-6}}}, ["optimizer.kwargs", "train.loop = 'keras'"]),
     ({"name": "has space"}, ["name", "'has space'"]),
     ({"model": {"num_classes": 1}}, ["model.num_classes"]),
     ({"profile": {"enabled": "yes"}}, ["profile.enabled", "'yes'", "boolean"]),

@@ -287,6 +287,17 @@ class Config(_Section):
         return self
 
     @model_validator(mode="after")
+    def _trainer_optimizer(self) -> Config:
+        own = self.optimizer.own_loop_settings
+        if own and self.train.loop != "tune_batch":
+            key, value = next(iter(own.items()))
+            raise ValueError(f"optimizer.{key} = {value!r} is tune_batch's own loop setting; with train.loop = "
+                             f"{self.train.loop!r} your trainer makes the optimizer: set it there (optimizer.name "
+                             f"still says how lr scales with the batch: sgd linearly, adam and the like by its "
+                             f"square root)")
+        return self
+
+    @model_validator(mode="after")
     def _confirm_metric(self) -> Config:
         c = self.confirm
         if c.metric is not None and c.metric != "val_acc" and c.metric not in self.metric_names:

@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 #: closure and is not offered.
 OPTIMIZERS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "adamax": "Adamax", "nadam": "NAdam", "radam": "RAdam",
               "rmsprop": "RMSprop", "adagrad": "Adagrad", "adadelta": "Adadelta", "asgd": "ASGD"}
+#: SGD's momentum unless the config says otherwise (the seed article's).
+SGD_MOMENTUM = 0.9
+#: Other optimizers with a momentum keyword of their own (given through optimizer.kwargs).
+TAKES_MOMENTUM = ("rmsprop",)
 #: Adam-like: adaptive per-parameter steps, whose learning rate scales with the square root of
 #: the batch size; SGD-like ones scale linearly (Goyal et al. 2017).
 ADAPTIVE = ("adam", "adamw", "adamax", "nadam", "radam", "rmsprop", "adagrad", "adadelta")
@@ -32,8 +36,9 @@ class OptimizerConfig(Section):
     name: str = "sgd"
     """A torch.optim optimizer by name: sgd, adam, adamw, adamax, nadam, radam, rmsprop,
     adagrad, adadelta, asgd."""
-    momentum: float = Field(0.9, ge=0.0, lt=1.0)
-    """SGD's momentum (the seed's 0.9); ignored by the others (use kwargs)."""
+    momentum: float = Field(SGD_MOMENTUM, ge=0.0, lt=1.0)
+    """SGD's momentum (the seed's 0.9); another value with another optimizer is refused (RMSprop's
+    goes in kwargs)."""
     weight_decay: float = Field(0.0, ge=0.0)
     """Weight decay passed to the optimizer (0: none)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -48,9 +53,24 @@ class OptimizerConfig(Section):
             raise ValueError(f"allowed: {', '.join(OPTIMIZERS)}")
         return v.lower()
 
+    @model_validator(mode="after")
+    def _sgd_momentum(self) -> OptimizerConfig:
+        if self.name != "sgd" and self.momentum != SGD_MOMENTUM:
+            where = (f"give it as optimizer.kwargs: {{momentum: {self.momentum}}}" if self.name in TAKES_MOMENTUM
+                     else f"{self.name} takes no momentum (its own settings go in optimizer.kwargs)")
+            raise ValueError(f"momentum = {self.momentum} is SGD's and would be ignored by {self.name}: {where}")
+        return self
+
     @property
     def adaptive(self) -> bool:
         return self.name in ADAPTIVE
+
+    @property
+    def own_loop_settings(self) -> dict[str, Any]:
+        """What only tune_batch's own loop reads, where the config sets it off its default: a
+        trainer loop makes its own optimizer (name still says how lr scales with the batch)."""
+        return {k: getattr(self, k) for k in ("momentum", "weight_decay", "kwargs", "warmup_steps")
+                if getattr(self, k) != type(self).model_fields[k].get_default(call_default_factory=True)}
 
 
 class TrainConfig(Section):
