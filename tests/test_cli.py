@@ -46,6 +46,11 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     (["search", QUICK, "--set", "model.name=tests.workloads:builder_raises"], ["building it failed",
                                                                                 "could not find its weights file"]),
     (["search", QUICK, "--set", "data.resize=100000"], ["data.resize = 100000", "less than or equal to 4096"]),
+    # a model that cannot take the data fails before Ray starts, not in every trial
+    (["search", QUICK, "--set", "data.resize=2"], ["the model cannot take a batch of the training data",
+                                                   "Output size is too small", "data.resize"]),
+    (["validate", QUICK, "--set", "train.step=tests.workloads:per_sample_loss"], ["the loss is (2,), not one number",
+                                                                                 "train.step must return"]),
     (["search", QUICK, "--storage", "notaurl"], ["--storage 'notaurl'", "sqlite:///"]),
     (["search", QUICK, "--set", "space.num_gpus=[4096]", "--set", "space.batch_size.max=65536"],
      ["space.num_gpus = [4096]", "include 1"]),

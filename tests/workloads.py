@@ -218,3 +218,9 @@ def one_image_short(batch_size: int, dataset: object) -> tuple[torch.Tensor, tor
 def eval_not_a_dict(model, loader, device):
     """A ``train.evaluate`` with a mistake every trial meets: it returns a list."""
     return [0.0]
+
+
+def per_sample_loss(model, batch, device):
+    """A ``train.step`` that forgot the reduction: one loss per sample, not the batch's."""
+    x, y = batch
+    return nn.functional.cross_entropy(model(x.to(device)), y.to(device), reduction="none")

@@ -122,6 +122,35 @@ class Recipe:
         return cls(config.train.precision, accumulation, fn, config.optimizer.warmup_steps, config.train.channels_last)
 
 
+def batch_loss(recipe: Recipe, model: nn.Module, batch: Any, device: torch.device,
+               loss_fn: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """The loss of one (micro-)batch: the user's ``train.step``, or ``loss_fn`` (cross-entropy)
+    of ``(inputs, labels)``."""
+    if recipe.step_fn is not None:
+        return recipe.step_fn(model, batch, device)
+    x, y = batch
+    x = x.to(device, non_blocking=True)
+    if recipe.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return loss_fn(model(x), y.to(device, non_blocking=True))
+
+
+def first_loss(config: Config, train: Any, model: nn.Module) -> float:
+    """The loss of the first 2 training samples through ``model`` on the CPU, without gradients,
+    as a trial computes it: a model that cannot take the data (images too small for its pooling,
+    a batch structure it does not read, labels beyond its classes, a step that returns no scalar)
+    fails here, before a search starts. Raises what the model or ``train.step`` raised, or
+    ValueError for a loss that is not one number."""
+    batch = next(iter(loader(train, 2, shuffle=False)))
+    model.train()
+    with torch.no_grad():
+        loss = batch_loss(Recipe.of(config), model, batch, torch.device("cpu"), nn.CrossEntropyLoss())
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(f"the loss is {shape}, not one number (train.step must return the batch's loss, a scalar)")
+    return float(loss)
+
+
 class Stepper:
     """Runs optimizer steps and keeps the per-step checks (timeout, memory cap, finite loss).
     ``wait_s`` accumulates the time spent waiting for batches. ``model`` is what trains (a
@@ -147,16 +176,8 @@ class Stepper:
         self.first_step_s: float | None = None  # the first step (a compiled model compiles in it)
 
     def loss_of(self, batch: Any, model: nn.Module | None = None) -> torch.Tensor:
-        """The loss of one (micro-)batch through ``model`` (default: what trains): the user's
-        ``train.step``, or cross-entropy of ``(inputs, labels)``."""
-        model = self.model if model is None else model
-        if self.recipe.step_fn is not None:
-            return self.recipe.step_fn(model, batch, self.device)
-        x, y = batch
-        x = x.to(self.device, non_blocking=True)
-        if self.recipe.channels_last and x.dim() == 4:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return self.loss_fn(model(x), y.to(self.device, non_blocking=True))
+        """The loss of one (micro-)batch through ``model`` (default: what trains)."""
+        return batch_loss(self.recipe, self.model if model is None else model, batch, self.device, self.loss_fn)
 
     def autocast_loss(self, batch: Any, model: nn.Module | None = None) -> torch.Tensor:
         """``loss_of`` under the recipe's autocast (what the gradient noise scale measures; it
