@@ -86,6 +86,14 @@ class SpaceConfig(_Section):
             b *= 2
         return out
 
+    def configurations(self) -> int | None:
+        """How many configurations the space holds where it is finite (one learning rate): the
+        (batch size, GPU count) pairs that split evenly with min_batch_per_gpu each; else None."""
+        if self.lr.low != self.lr.high:
+            return None
+        return sum(1 for b in self.batch_choices() for n in self.num_gpus
+                   if b % n == 0 and b >= self.min_batch_per_gpu * n)
+
     @model_validator(mode="after")
     def _each_gpu_count_has_a_batch(self) -> SpaceConfig:
         choices = self.batch_choices()

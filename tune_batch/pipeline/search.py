@@ -316,6 +316,11 @@ def config_notes(config: Config) -> list[str]:
         notes.append(f"confirm.train_samples = {c.train_samples} is shorter than one trial (budget.train_samples = "
                      f"{config.budget.train_samples}): the confirmation runs see less training than the search's "
                      f"trials did; give it a few trials' length or drop it (default: 8 trials')")
+    points = config.space.configurations()
+    if points is not None and config.budget.trials > points:
+        notes.append(f"budget.trials = {config.budget.trials} but the space holds {points} configuration(s) (space.lr "
+                     f"is fixed at {config.space.lr.low:g}): each is measured once and the sampler's repeats of them "
+                     f"are skipped; budget.trials = {points} says the same")
     return notes
 
 
