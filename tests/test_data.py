@@ -101,6 +101,32 @@ def test_imagefolder(tmp_path: Path) -> None:
     assert ds.train[0][0].shape == (3, 16, 16)
 
 
+def test_an_image_folder_with_a_file_no_trial_could_read_or_sizes_no_batch_could_stack_is_refused(
+        tmp_path: Path) -> None:
+    """A search on such a folder failed every trial that met the file (UnidentifiedImageError)
+    or stacked two sizes; the folder is now read before anything runs."""
+    from PIL import Image
+
+    for c, side in enumerate([20, 24]):
+        d = tmp_path / f"class{c}"
+        d.mkdir()
+        for i in range(6):
+            Image.new("RGB", (side, side), (40 * i, 0, 0)).save(d / f"{i}.png")
+    (tmp_path / "class0" / "broken.png").write_bytes(b"not an image")
+
+    def build(resize: int | None) -> None:
+        raw = {"data": {"name": "imagefolder", "root": str(tmp_path), "resize": resize, "val_samples": 4}}
+        build_datasets(config_from_dict(raw).data, num_classes=10)
+
+    with pytest.raises(WorkloadError, match=r"1 of the 13 file\(s\) read are not images: .*broken.png "
+                                            r"\(UnidentifiedImageError\); remove them"):
+        build(16)
+    (tmp_path / "class0" / "broken.png").unlink()
+    with pytest.raises(WorkloadError, match=r"images of 2 sizes \(e.g. 20x20 and 24x24\) and data.resize = null"):
+        build(None)
+    build(16)  # resized: one size
+
+
 def test_more_classes_than_the_model_has_is_an_error(tmp_path: Path) -> None:
     cfg = config_from_dict({"model": {"num_classes": 5}, "data": {"name": "digits"}})
     with pytest.raises(WorkloadError, match="model.num_classes = 5.*10 classes"):

@@ -36,7 +36,8 @@ class DataConfig(_Section):
     name: str = "digits"
     """cifar10 | digits | synthetic | imagefolder | ``pkg.module:function``."""
     root: str = "./data"
-    """Where cifar10 / imagefolder files live (cifar10: the folder holding cifar-10-batches-py)."""
+    """Where cifar10 / imagefolder files live (cifar10: the folder holding cifar-10-batches-py;
+    imagefolder: class folders, or train/ and val/ of them; every image's header is read first)."""
     download: bool = False
     """Download cifar10 when its files are missing (needs the network)."""
     resize: int | None = Field(32, gt=0, le=4096)

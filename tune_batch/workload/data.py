@@ -165,7 +165,41 @@ def imagefolder(cfg: DataConfig, seed: int) -> Datasets:
             classes = len(full.classes)
     except (FileNotFoundError, RuntimeError) as e:
         raise WorkloadError(f"data.root = {cfg.root!r}: not an image folder ({e})") from e
+    folders = (train, val) if not isinstance(train, torch.utils.data.Subset) else (train.dataset,)
+    _check_images([path for f in folders for path, _ in f.samples], cfg)  # type: ignore[attr-defined]
     return Datasets(train, val, classes, f"imagefolder {root} ({len(train)} train / {len(val)} val)")  # type: ignore[arg-type]
+
+
+#: An image folder's files whose headers are read before a search (about 40 us each; a larger
+#: folder has a seeded sample of this many read, and a bad file outside it fails its trials).
+CHECKED_IMAGES = 100_000
+
+
+def _check_images(paths: list[str], cfg: DataConfig) -> None:
+    """WorkloadError naming the files of an image folder that do not open as images (every trial
+    that met one failed), or the sizes of its images where they differ and nothing resizes them
+    (no batch could be stacked)."""
+    import random
+
+    from PIL import Image
+
+    picked = paths if len(paths) <= CHECKED_IMAGES else random.Random(0).sample(paths, CHECKED_IMAGES)
+    bad: list[str] = []
+    sizes: set[tuple[int, int]] = set()
+    for path in picked:
+        try:
+            with Image.open(path) as im:
+                sizes.add(im.size)
+        except (OSError, ValueError) as e:  # PIL.UnidentifiedImageError is an OSError
+            bad.append(f"{path} ({type(e).__name__})")
+    if bad:
+        raise WorkloadError(f"data.root = {cfg.root!r}: {len(bad)} of the {len(picked)} file(s) read are not images: "
+                            f"{', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}; remove them or move them out of "
+                            f"the class folders")
+    if cfg.resize is None and len(sizes) > 1:
+        a, b = sorted(sizes)[:2]
+        raise WorkloadError(f"data.root = {cfg.root!r}: images of {len(sizes)} sizes (e.g. {a[0]}x{a[1]} and "
+                            f"{b[0]}x{b[1]}) and data.resize = null: a batch needs one size; set data.resize")
 
 
 def build_datasets(cfg: DataConfig, *, num_classes: int, seed: int = 0,
