@@ -52,10 +52,16 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
                                                                                 "could not find its weights file"]),
     (["search", QUICK, "--set", "data.resize=100000"], ["data.resize = 100000", "less than or equal to 4096"]),
     # a model that cannot take the data fails before Ray starts, not in every trial
-    (["search", QUICK, "--set", "data.resize=2"], ["the model cannot take a batch of the training data",
+    (["search", QUICK, "--set", "data.resize=2"], ["the model cannot take a batch of the data",
                                                    "Output size is too small", "data.resize"]),
     (["validate", QUICK, "--set", "train.step=tests.workloads:per_sample_loss"], ["the loss is (2,), not one number",
                                                                                  "train.step must return"]),
+    # batches of dicts: the built-in loss, then the built-in evaluation, say what they take
+    (["validate", QUICK, "--set", "data.name=tests.workloads:dict_batches"],
+     ["the built-in loss takes (inputs, labels) batches and this data's are a dict of x, y", "give train.step"]),
+    (["validate", QUICK, "--set", "data.name=tests.workloads:dict_batches", "--set",
+      "train.step=tests.workloads:dict_step"], ["the built-in evaluation (val_acc) takes (inputs, labels) batches",
+                                                "give train.evaluate"]),
     (["search", QUICK, "--storage", "notaurl"], ["--storage 'notaurl'", "sqlite:///"]),
     (["search", QUICK, "--set", "space.num_gpus=[4096]", "--set", "space.batch_size.max=65536"],
      ["space.num_gpus = [4096]", "include 1"]),

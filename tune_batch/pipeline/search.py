@@ -79,7 +79,7 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     if config.budget.train_samples < 2 * smallest:
         raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
                           f"batch_size ({2 * smallest})")
-    _check_first_loss(config, ds.train, model)
+    _check_first_loss(config, ds.train, ds.val, model)
     goal = config.goal
     if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
         from tune_batch.config.schema import short_goal
@@ -92,17 +92,17 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
 
 
-def _check_first_loss(config: Config, train: Any, model: Any) -> None:
+def _check_first_loss(config: Config, train: Any, val: Any, model: Any) -> None:
     """ConfigError, in one line, where the model cannot take 2 of the training samples (each
     trial would fail the same way after Ray and a trial process started)."""
     from tune_batch.trial.loop import first_loss
 
     try:
-        first_loss(config, train, model)
+        first_loss(config, train, val, model)
     except Exception as e:  # the user's model, data or step: whatever it raises is the message
         what = (str(e).strip().splitlines() or [""])[0][:300]
-        raise ConfigError(f"the model cannot take a batch of the training data ({type(e).__name__}: {what}); "
-                          f"check model, data (its size: data.resize) and train.step") from e
+        raise ConfigError(f"the model cannot take a batch of the data ({type(e).__name__}: {what}); "
+                          f"check model, data (its size: data.resize), train.step and train.evaluate") from e
 
 
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 
 from tune_batch.errors import TrialConfigError
 from tune_batch.trial.faults import NonFiniteError
-from tune_batch.workload.batches import loader
+from tune_batch.workload.batches import inputs_and_labels, loader
 
 
 def check_batchnorm(model: nn.Module) -> None:
@@ -26,7 +26,9 @@ def accuracy(model: nn.Module, val: Any, device: torch.device, batch: int) -> fl
     model.eval()
     correct = total = 0
     with torch.no_grad():
-        for x, y in loader(val, batch, shuffle=False):
+        for b in loader(val, batch, shuffle=False):
+            x, y = inputs_and_labels(b, "the built-in evaluation (val_acc)", "train.evaluate: 'pkg.module:function' "
+                                     "returning {metric: value} (and objectives naming them)")
             pred = model(x.to(device)).argmax(dim=1)
             correct += int((pred.cpu() == y).sum())
             total += len(y)

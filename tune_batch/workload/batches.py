@@ -37,6 +37,16 @@ def loader(dataset: Any, batch_size: int, **kwargs: Any) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_of(dataset), **kwargs)
 
 
+def inputs_and_labels(batch: Any, who: str, instead: str) -> tuple[Any, Any]:
+    """``batch`` as (inputs, labels) tensors; ValueError saying what it is instead and what to give
+    (``who`` reads such batches; ``instead`` is the config that takes any other)."""
+    if isinstance(batch, list | tuple) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
+        return batch[0], batch[1]
+    what = (f"a dict of {', '.join(map(str, batch))}" if isinstance(batch, dict) else
+            f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, list | tuple) else type(batch).__name__)
+    raise ValueError(f"{who} takes (inputs, labels) batches and this data's are {what}; give {instead}")
+
+
 def numel(item: Any) -> int:
     """Elements in every tensor of a sample or batch of any structure."""
     if isinstance(item, torch.Tensor):
