@@ -56,6 +56,15 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
                                                    "Output size is too small", "data.resize"]),
     (["validate", QUICK, "--set", "train.step=tests.workloads:per_sample_loss"], ["the loss is (2,), not one number",
                                                                                  "train.step must return"]),
+    # the user's evaluation, on 2 validation samples: an objective it does not return (every trial
+    # was measured and left off the front for it, the whole budget spent), or no dict at all
+    (["search", QUICK, "--set", "train.evaluate=tests.workloads:eval_accuracy_only", "--set",
+      "objectives=[{metric: samples_per_s, direction: maximize}, {metric: val_top1, direction: maximize}]"],
+     ["objective 'val_top1' is not among what train.evaluate = 'tests.workloads:eval_accuracy_only' returned "
+      "(accuracy); return it there or name one of those in objectives"]),
+    (["validate", QUICK, "--set", "train.evaluate=tests.workloads:eval_not_a_dict", "--set",
+      "objectives=[{metric: samples_per_s, direction: maximize}, {metric: val_loss, direction: minimize}]"],
+     ["returned list, not a dict"]),
     # batches of dicts: the built-in loss, then the built-in evaluation, say what they take
     (["validate", QUICK, "--set", "data.name=tests.workloads:dict_batches"],
      ["the built-in loss takes (inputs, labels) batches and this data's are a dict of x, y", "give train.step"]),

@@ -103,7 +103,8 @@ def test_a_config_mistake_every_trial_meets_stops_the_search_after_the_first(tmp
     evaluation logged); on a GPU workload that is the whole budget spent on one typo."""
     from tune_batch.errors import CONFIG_FAULT, TrialConfigError
 
-    cfg = tiny_config(train={"evaluate": "tests.workloads:eval_not_a_dict"}, search={"backend": backend},
+    cfg = tiny_config(train={"evaluate": "tests.workloads:eval_not_a_dict_on_the_whole_set"},
+                      search={"backend": backend},
                       objectives=[{"metric": "samples_per_s", "direction": "maximize"},
                                   {"metric": "val_loss", "direction": "minimize"}],
                       budget={"trials": 4, "train_samples": 256})
@@ -111,7 +112,8 @@ def test_a_config_mistake_every_trial_meets_stops_the_search_after_the_first(tmp
         search(cfg, tmp_path / "run", quiet=True)
     (rec,) = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
     assert rec["status"] == "failed" and rec["reason"].startswith(CONFIG_FAULT + "train.evaluate = ")
-    assert str(e.value).startswith("train.evaluate = 'tests.workloads:eval_not_a_dict' returned list, not a dict")
+    assert str(e.value).startswith("train.evaluate = 'tests.workloads:eval_not_a_dict_on_the_whole_set' returned "
+                                   "list, not a dict")
     assert "(trial 0); every trial would end the same way, so the search stopped after 1 of 4 trial(s)" in str(e.value)
     assert (tmp_path / "run" / "pareto.json").exists()  # the reports are written as after any search
     from tune_batch.backends.signals import config_fault

@@ -220,6 +220,21 @@ def eval_not_a_dict(model, loader, device):
     return [0.0]
 
 
+def eval_accuracy_only(model, loader, device):
+    """A ``train.evaluate`` returning its accuracy under a name no objective gives."""
+    hits = total = 0
+    for x, y in loader:
+        hits += int((model(x.to(device)).argmax(dim=1).cpu() == y).sum())
+        total += len(y)
+    return {"accuracy": hits / max(total, 1)}
+
+
+def eval_not_a_dict_on_the_whole_set(model, loader, device):
+    """A ``train.evaluate`` with a mistake every trial meets that the 2-sample evaluation before a
+    search does not: it returns a list once the validation set is larger than that."""
+    return [0.0] if len(loader.dataset) > 2 else {"val_loss": 1.0}
+
+
 def per_sample_loss(model, batch, device):
     """A ``train.step`` that forgot the reduction: one loss per sample, not the batch's."""
     x, y = batch

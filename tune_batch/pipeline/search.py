@@ -99,6 +99,8 @@ def _check_first_loss(config: Config, train: Any, val: Any, model: Any) -> None:
 
     try:
         first_loss(config, train, val, model)
+    except TrialConfigError as e:  # a mistake said in full already (an objective the evaluation lacks)
+        raise ConfigError(str(e)) from e
     except Exception as e:  # the user's model, data or step: whatever it raises is the message
         what = (str(e).strip().splitlines() or [""])[0][:300]
         raise ConfigError(f"the model cannot take a batch of the data ({type(e).__name__}: {what}); "

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from tune_batch.config.metrics import OBJECTIVE_METRICS
 from tune_batch.errors import TrialConfigError
 from tune_batch.trial.faults import NonFiniteError
 from tune_batch.workload.batches import inputs_and_labels, loader
@@ -61,6 +62,11 @@ def evaluate(config: Any, model: nn.Module, val: Any, device: torch.device, batc
             scores[str(name)] = float(value)
         except (TypeError, ValueError) as e:
             raise TrialConfigError(f"train.evaluate returned {name}={value!r}: not a number") from e
+    missing = [m for m in config.metric_names if m not in OBJECTIVE_METRICS and m not in scores]
+    if missing:  # every trial would be measured and left off the front for it
+        raise TrialConfigError(f"objective {missing[0]!r} is not among what train.evaluate = "
+                               f"{config.train.evaluate!r} returned ({', '.join(sorted(scores))}); return it there or "
+                               f"name one of those in objectives")
     return scores
 
 

@@ -21,7 +21,7 @@ from tune_batch.config import Config
 from tune_batch.config.train import OPTIMIZERS
 from tune_batch.measure.cpu import PeakRss
 from tune_batch.measure.oom import MemoryCapExceeded
-from tune_batch.trial.evaluate import accuracy
+from tune_batch.trial.evaluate import evaluate
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout
 from tune_batch.workload import build_model
 from tune_batch.workload.batches import inputs_and_labels, loader
@@ -139,17 +139,18 @@ def batch_loss(recipe: Recipe, model: nn.Module, batch: Any, device: torch.devic
 
 def first_loss(config: Config, train: Any, val: Any, model: nn.Module) -> float:
     """The loss of the first 2 training samples through ``model`` on the CPU, without gradients,
-    as a trial computes it, and the built-in accuracy of 2 validation samples where it is the
-    metric: a model that cannot take the data (images too small for its pooling, a batch
-    structure it does not read, labels beyond its classes, a step that returns no scalar) fails
-    here, before a search starts. Raises what the model or ``train.step`` raised, or
-    ValueError for a loss that is not one number."""
+    as a trial computes it, and the evaluation of 2 validation samples (built-in, or
+    ``train.evaluate``, which must return every objective it measures): a model that cannot take
+    the data (images too small for its pooling, a batch structure it does not read, labels beyond
+    its classes, a step that returns no scalar) fails here, before a search starts. Raises what
+    the model, ``train.step`` or the evaluation raised, or ValueError for a loss that is not one
+    number."""
     batch = next(iter(loader(train, 2, shuffle=False)))
     model.train()
     with torch.no_grad():
         loss = batch_loss(Recipe.of(config), model, batch, torch.device("cpu"), nn.CrossEntropyLoss())
-        if config.train.evaluate is None:  # the built-in evaluation reads the validation batches so too
-            accuracy(model, Subset(val, range(min(2, len(val)))), torch.device("cpu"), 2)
+        # the evaluation, built-in or the user's, on 2 validation samples: what it reads and returns
+        evaluate(config, model, Subset(val, range(min(2, len(val)))), torch.device("cpu"), 2)
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise ValueError(f"the loss is {shape}, not one number (train.step must return the batch's loss, a scalar)")
