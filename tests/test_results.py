@@ -122,7 +122,11 @@ def test_best_yaml_and_export_state_the_recommendations_means_with_their_noise(
     assert f"# measured: {figures}\n" in (run.path / "best.yaml").read_text()
     capsys.readouterr()
     assert main(["export", str(run.path), "--to", "lightning"]) == 0
-    assert f"; measured {figures}\n" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"; measured {figures}\n" in out
+    # the lr holds for the optimizer it was measured with: said, and no claim about Lightning's groups
+    assert "# trained with sgd(weight_decay=0.0, momentum=0.9): the lr holds for that optimizer" in out
+    assert out.rstrip().endswith("(the first param group's)")
 
 
 def test_one_writer_per_run_directory(tmp_path: Path) -> None:

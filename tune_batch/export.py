@@ -31,6 +31,7 @@ class Recommended:
     method: str
     measured: str  # the objectives as the front shows them (``Report.measured``)
     confirmed: str | None = None  # what its confirmation runs measured (``Report.confirmed``)
+    optimizer: str | None = None  # the optimizer tune_batch's own loop trained it with, in words
 
     @property
     def micro_batch(self) -> int:
@@ -56,7 +57,16 @@ def recommended(run_dir: str | Path) -> Recommended:
         raise UserError(f"run_dir {str(run_dir)!r}: nothing is recommended ({report.why_none}); nothing to export")
     p = rec.params
     return Recommended(rec.trial_id, p.batch_size, p.lr, p.num_gpus, int(rec.info.accumulation_steps or 1),
-                       config.train.loop, report.method, report.measured(rec), report.confirmed(rec))
+                       config.train.loop, report.method, report.measured(rec), report.confirmed(rec),
+                       optimizer_words(config) if config.train.loop == "tune_batch" else None)
+
+
+def optimizer_words(config: Any) -> str:
+    """The optimizer a trial of tune_batch's own loop trains with: the learning rate holds for it."""
+    o = config.optimizer
+    kwargs = {"weight_decay": o.weight_decay, **({"momentum": o.momentum} if o.name == "sgd" else {}), **o.kwargs}
+    warm = f", the lr warmed up linearly over its first {o.warmup_steps} steps" if o.warmup_steps else ""
+    return f"{o.name}(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + f"){warm}"
 
 
 def to_transformers(run_dir: str | Path) -> dict[str, Any]:
@@ -112,6 +122,8 @@ def header(r: Recommended, target: str) -> list[str]:
              f"num_gpus={r.num_gpus}; measured {r.measured}",
              *([f"# {r.confirmed}"] if r.confirmed else []),
              f"# measured in: {r.loop}" + ("" if r.loop == "tune_batch" else " (the user's own trainer)")]
+    if r.optimizer:
+        lines.append(f"# trained with {r.optimizer}: the lr holds for that optimizer; give yours the same")
     if r.loop != target:
         lines.append(f"# not measured in {target}'s loop: a search with train.loop: {target} measures it there")
     return lines
@@ -130,8 +142,9 @@ def render(target: str, run_dir: str | Path) -> str:
     elif target == "lightning":
         lines += [_call("DataLoader", {"batch_size": kwargs["dataloader"]["batch_size"]}).replace("(", "(dataset, ", 1),
                   _call("Trainer", kwargs["trainer"]),
-                  f"# in configure_optimizers: lr={kwargs['optimizer']['lr']!r} (the first param group's; tune_batch "
-                  f"kept the other groups' and the scheduler's ratios to it)"]
+                  f"# in configure_optimizers: lr={kwargs['optimizer']['lr']!r} (the first param group's"
+                  + ("; tune_batch kept the other groups' and the scheduler's ratios to it)" if r.loop == "lightning"
+                     else ")")]
     else:
         lines += [f"model.optimizer.{k} = {v!r}" for k, v in kwargs["optimizer"].items()]
         lines.append(_call("model.fit", kwargs["fit"]).replace("(", "(x, y, ", 1))
