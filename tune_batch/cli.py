@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("report", help="rebuild the reports of a run directory from trials.jsonl", parents=[common])
     r.add_argument("run_dir")
-    r.add_argument("--prefer", help="as for search: an objective name or weights; default: the knee")
+    r.add_argument("--prefer", help="as for search: an objective name or weights, or with confirmation runs "
+                                    "time_to_target (the default there) or device_seconds_to_target; without them "
+                                    "the default is the front's knee")
     return parser
 
 
