@@ -189,3 +189,44 @@ def test_export_says_why_nothing_is_recommended(tmp_path: Path, capsys: pytest.C
     assert main(["export", str(run.path), "--to", "keras"]) == 2
     assert capsys.readouterr().err == (f"tune-batch: error: run_dir {str(run.path)!r}: nothing is recommended ({why}); "
                                        f"nothing to export\n")
+
+
+def test_a_reader_of_the_reports_never_sees_half_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """pareto.json, results.csv and report.html were rewritten in place: a script or dashboard
+    reading one while `report` (or a search's end) wrote it read a truncated file. Now each is
+    written beside and renamed over the old one."""
+    import threading
+
+    from tune_batch.cli import main
+
+    run = RunDir(tmp_path / "run")
+    run.prepare(tiny_config())
+    for i in range(60):
+        run.append(_rec(i, sps=100.0 + i, acc=0.3 + i / 100, b=16 * (1 + i % 4)))
+    assert main(["report", str(run.path)]) == 0
+    rows = len((run.path / "results.csv").read_text().splitlines())
+    bad: list[str] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                json.loads((run.path / "pareto.json").read_text())
+            except ValueError as e:
+                bad.append(f"pareto.json: {e}")
+            if len((run.path / "results.csv").read_text().splitlines()) != rows:
+                bad.append("results.csv: a part of it")
+            if not (run.path / "report.html").read_text().rstrip().endswith("</html>"):
+                bad.append("report.html: a part of it")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(5):
+            assert main(["report", str(run.path)]) == 0
+    finally:
+        done.set()
+        reader.join()
+    capsys.readouterr()
+    assert not bad, bad[:3]
+    assert not [p.name for p in run.path.iterdir() if p.name.endswith(".tmp")]  # nothing left beside them

@@ -13,6 +13,7 @@ from tune_batch.analysis.report import Report
 from tune_batch.config import dump_config
 from tune_batch.output.html import render_html
 from tune_batch.store.records import TrialResult
+from tune_batch.store.rundir import replace_file
 
 
 def best_config_yaml(report: Report) -> str | None:
@@ -84,23 +85,24 @@ def _front_entry(report: Report, r: TrialResult) -> dict[str, object]:
 
 
 def write_files(report: Report, run_dir: str | Path) -> list[Path]:
-    """Write results.csv, pareto.json, best.yaml and report.html into ``run_dir``; returns the
-    paths written (best.yaml is removed when nothing is recommended)."""
+    """Write results.csv, pareto.json, best.yaml and report.html into ``run_dir``, each whole or
+    not at all (a reader never sees half a file); returns the paths written (best.yaml is removed
+    when nothing is recommended)."""
     run_dir = Path(run_dir)
     from tune_batch.output.frames import write_csv
 
     csv_path = run_dir / "results.csv"
     write_csv(report.records + report.repeats + report.confirm_runs, report, csv_path)
     pareto_path = run_dir / "pareto.json"
-    pareto_path.write_text(json.dumps(pareto_payload(report), indent=2, default=str), encoding="utf-8")
+    replace_file(pareto_path, json.dumps(pareto_payload(report), indent=2, default=str))
     paths = [csv_path, pareto_path]
     best, best_path = best_config_yaml(report), run_dir / "best.yaml"
     if best is not None:
-        best_path.write_text(best, encoding="utf-8")
+        replace_file(best_path, best)
         paths.append(best_path)
     elif best_path.exists():
         best_path.unlink()
     html_path = run_dir / "report.html"
-    html_path.write_text(render_html(report), encoding="utf-8")
+    replace_file(html_path, render_html(report))
     paths.append(html_path)
     return paths

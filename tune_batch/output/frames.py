@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tune_batch.store.records import TrialResult
+from tune_batch.store.rundir import replace_file
 
 if TYPE_CHECKING:  # the report is passed in, never imported here
     from tune_batch.analysis.report import Report
@@ -86,6 +87,6 @@ def write_csv(records: Sequence[TrialResult], report: Report, path: Path) -> Non
     frame = to_frame(records, report)
     if frame.empty:
         cols = ["trial_id", "kind", "status", "reason", "batch_size", "lr", "num_gpus", *report.config.metric_names]
-        path.write_text(",".join(cols) + "\n", encoding="utf-8")
+        replace_file(path, ",".join(cols) + "\n")
         return
-    frame.to_csv(path, index=False)
+    replace_file(path, frame.to_csv(index=False))

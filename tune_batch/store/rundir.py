@@ -126,6 +126,17 @@ def _non_finite(result: TrialResult) -> list[str]:
                   if isinstance(v, float) and not math.isfinite(v))
 
 
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a reader sees the old file or the new one,
+    never a part of it (it is written beside, then renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 class RunDir:
     """One search's directory. Appends are thread-safe and durable (flush + fsync)."""
 
