@@ -239,11 +239,11 @@ class RunDir:
                     f"use a new --output, or --force to continue it with the new config"
                 )
             if diff or old != config.to_dict():
-                self.config_path.write_text(dump_config(config), encoding="utf-8")
+                replace_file(self.config_path, dump_config(config))
             return True
         self._check_not_foreign()
         self.path.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(dump_config(config), encoding="utf-8")
+        replace_file(self.config_path, dump_config(config))
         return False
 
     def load_config(self) -> Config:
@@ -345,14 +345,14 @@ class RunDir:
             note = (f"an earlier invocation of this search ended without adding its time (killed?): {lost:.0f} s, "
                     f"from its start to its last record, added to the search's cost")
         data["running_since"] = started_at
-        self.wall_path.write_text(json.dumps(data), encoding="utf-8")
+        replace_file(self.wall_path, json.dumps(data))
         return note
 
     def add_search_wall_s(self, seconds: float) -> float:
         """Add one invocation's wall seconds to the directory's total (and clear its running
         mark); returns the total."""
         total = (self.search_wall_s() or 0.0) + seconds
-        self.wall_path.write_text(json.dumps({"wall_s": total}), encoding="utf-8")
+        replace_file(self.wall_path, json.dumps({"wall_s": total}))
         return total
 
     def records(self) -> tuple[list[TrialResult], list[str]]:
