@@ -29,6 +29,11 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.train_samples=1024")
     assert code == 0 and ("note: confirm.train_samples = 1024 is shorter than one trial (budget.train_samples = "
                           "4096): the confirmation runs see less training than the search's trials did") in out
+    # a user's evaluation that cannot score the 2 samples preflight gives it is not refused for that
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "train.evaluate=tests.workloads:eval_needs_eight", "--set",
+                        "objectives=[{metric: samples_per_s, direction: maximize}, {metric: val_loss, direction: "
+                        "minimize}]")
+    assert code == 0 and "valid" in out
     # one fixed learning rate: a finite space, smaller than the budget
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "space.lr={low: 0.01, high: 0.01}", "--set",
                         "space.batch_size=[16, 32]", "--set", "budget.trials=5")

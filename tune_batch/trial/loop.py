@@ -19,9 +19,10 @@ from torch.utils.data import DataLoader, Subset
 
 from tune_batch.config import Config
 from tune_batch.config.train import OPTIMIZERS
+from tune_batch.errors import TrialConfigError
 from tune_batch.measure.cpu import PeakRss
 from tune_batch.measure.oom import MemoryCapExceeded
-from tune_batch.trial.evaluate import evaluate
+from tune_batch.trial.evaluate import accuracy, evaluate
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout
 from tune_batch.workload import build_model
 from tune_batch.workload.batches import inputs_and_labels, loader
@@ -139,18 +140,28 @@ def batch_loss(recipe: Recipe, model: nn.Module, batch: Any, device: torch.devic
 
 def first_loss(config: Config, train: Any, val: Any, model: nn.Module) -> float:
     """The loss of the first 2 training samples through ``model`` on the CPU, without gradients,
-    as a trial computes it, and the evaluation of 2 validation samples (built-in, or
-    ``train.evaluate``, which must return every objective it measures): a model that cannot take
+    as a trial computes it, and the evaluation of 2 validation samples: a model that cannot take
     the data (images too small for its pooling, a batch structure it does not read, labels beyond
-    its classes, a step that returns no scalar) fails here, before a search starts. Raises what
-    the model, ``train.step`` or the evaluation raised, or ValueError for a loss that is not one
-    number."""
+    its classes, a step that returns no scalar) fails here, before a search starts. The built-in
+    accuracy must run; ``train.evaluate`` must return every objective it measures, as numbers,
+    though an error it raises on so few samples is left to the trials (an AUC needs both
+    classes). Raises what the model, ``train.step`` or the built-in evaluation raised,
+    TrialConfigError for what the user's evaluation returned, or ValueError for a loss that is
+    not one number."""
     batch = next(iter(loader(train, 2, shuffle=False)))
     model.train()
     with torch.no_grad():
         loss = batch_loss(Recipe.of(config), model, batch, torch.device("cpu"), nn.CrossEntropyLoss())
-        # the evaluation, built-in or the user's, on 2 validation samples: what it reads and returns
-        evaluate(config, model, Subset(val, range(min(2, len(val)))), torch.device("cpu"), 2)
+        few = Subset(val, range(min(2, len(val))))
+        if config.train.evaluate is None:
+            accuracy(model, few, torch.device("cpu"), 2)
+        else:  # the user's evaluation: what it returns (every objective it measures, as numbers)
+            try:
+                evaluate(config, model, few, torch.device("cpu"), 2)
+            except TrialConfigError:
+                raise
+            except Exception:  # noqa: BLE001 - it may need more than 2 samples (an AUC, a class count): trials say
+                pass
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
         raise ValueError(f"the loss is {shape}, not one number (train.step must return the batch's loss, a scalar)")
