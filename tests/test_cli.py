@@ -34,6 +34,9 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
                         "objectives=[{metric: samples_per_s, direction: maximize}, {metric: val_loss, direction: "
                         "minimize}]")
     assert code == 0 and "valid" in out
+    # nor a step that needs more than 2 samples: it is given a trial's fewest (16 here)
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "train.step=tests.workloads:step_needs_eight")
+    assert code == 0 and "valid" in out
     # one fixed learning rate: a finite space, smaller than the budget
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "space.lr={low: 0.01, high: 0.01}", "--set",
                         "space.batch_size=[16, 32]", "--set", "budget.trials=5")

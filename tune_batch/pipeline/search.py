@@ -79,7 +79,7 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     if config.budget.train_samples < 2 * smallest:
         raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
                           f"batch_size ({2 * smallest})")
-    _check_first_loss(config, ds.train, ds.val, model)
+    _check_first_loss(config, ds.train, ds.val, model, smallest)
     goal = config.goal
     if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
         from tune_batch.config.schema import short_goal
@@ -92,13 +92,13 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
 
 
-def _check_first_loss(config: Config, train: Any, val: Any, model: Any) -> None:
+def _check_first_loss(config: Config, train: Any, val: Any, model: Any, smallest: int) -> None:
     """ConfigError, in one line, where the model cannot take 2 of the training samples (each
     trial would fail the same way after Ray and a trial process started)."""
     from tune_batch.trial.loop import first_loss
 
     try:
-        first_loss(config, train, val, model)
+        first_loss(config, train, val, model, smallest)
     except TrialConfigError as e:  # a mistake said in full already (an objective the evaluation lacks)
         raise ConfigError(str(e)) from e
     except Exception as e:  # the user's model, data or step: whatever it raises is the message

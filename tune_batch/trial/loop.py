@@ -138,26 +138,34 @@ def batch_loss(recipe: Recipe, model: nn.Module, batch: Any, device: torch.devic
     return loss_fn(model(x), y.to(device, non_blocking=True))
 
 
-def first_loss(config: Config, train: Any, val: Any, model: nn.Module) -> float:
+def first_loss(config: Config, train: Any, val: Any, model: nn.Module, smallest: int = 2) -> float:
     """The loss of the first 2 training samples through ``model`` on the CPU, without gradients,
     as a trial computes it, and the evaluation of 2 validation samples: a model that cannot take
     the data (images too small for its pooling, a batch structure it does not read, labels beyond
-    its classes, a step that returns no scalar) fails here, before a search starts. The built-in
+    its classes, a step that returns no scalar) fails here, before a search starts (a
+    ``train.step`` that fails on 2 samples is given ``smallest``, a trial's fewest). The built-in
     accuracy must run; ``train.evaluate`` must return every objective it measures, as numbers,
     though an error it raises on so few samples is left to the trials (an AUC needs both
     classes). Raises what the model, ``train.step`` or the built-in evaluation raised,
     TrialConfigError for what the user's evaluation returned, or ValueError for a loss that is
     not one number."""
-    batch = next(iter(loader(train, 2, shuffle=False)))
+    recipe, cpu = Recipe.of(config), torch.device("cpu")
     model.train()
     with torch.no_grad():
-        loss = batch_loss(Recipe.of(config), model, batch, torch.device("cpu"), nn.CrossEntropyLoss())
+        try:
+            loss = batch_loss(recipe, model, next(iter(loader(train, 2, shuffle=False))), cpu, nn.CrossEntropyLoss())
+        except Exception:
+            if recipe.step_fn is None or smallest <= 2:
+                raise
+            # the user's step may need more samples than 2: the fewest a trial gives it decide
+            loss = batch_loss(recipe, model, next(iter(loader(train, smallest, shuffle=False))), cpu,
+                              nn.CrossEntropyLoss())
         few = Subset(val, range(min(2, len(val))))
         if config.train.evaluate is None:
-            accuracy(model, few, torch.device("cpu"), 2)
+            accuracy(model, few, cpu, 2)
         else:  # the user's evaluation: what it returns (every objective it measures, as numbers)
             try:
-                evaluate(config, model, few, torch.device("cpu"), 2)
+                evaluate(config, model, few, cpu, 2)
             except TrialConfigError:
                 raise
             except Exception:  # noqa: BLE001 - it may need more than 2 samples (an AUC, a class count): trials say
