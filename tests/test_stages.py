@@ -5,6 +5,7 @@ test_search_ray (one experiment, its trial process reused from stage to stage)."
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -158,3 +159,21 @@ def test_what_an_unfinished_search_has_left_is_said_for_report() -> None:
     repeated = tiny_config(budget={"trials": 3}, repeats={"seeds": 1, "candidates": 2})
     assert "all 3 trials done, the repeats of the front candidates with 2 run(s) left" in unfinished(
         repeated, [ok(0), ok(1), ok(2)])
+
+
+def test_progress_counts_a_config_and_its_repeats_once_on_the_front() -> None:
+    """A one-trial search whose config was re-measured with two seeds printed "front 1", "front
+    2", "front 3": each repeat's reading counted as another point."""
+    import io
+
+    from tune_batch.backends.progress import Progress
+
+    cfg = tiny_config(repeats={"seeds": 2, "candidates": 1})
+    out = io.StringIO()
+    progress = Progress(cfg, 3, stream=out)
+    p = Params.of({"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    progress.finished(TrialResult(0, p, Status.OK, metrics=_metrics(0)))
+    for seed in (1, 2):  # other seeds read it faster and less accurate: off the one reading's front
+        rec = TrialResult(f"0s{seed}", p, Status.OK, metrics=_metrics(seed))
+        progress.finished(dataclasses.replace(rec, info=dataclasses.replace(rec.info, repeat_of=0, seed=seed)))
+    assert [line.split(" | ")[-2] for line in out.getvalue().splitlines()] == ["front 1"] * 3

@@ -72,8 +72,10 @@ class Progress:
             return
         done = len({r.trial_id for r in self.records if not r.info.free_skip})  # free skips use no budget
         counts = {s: sum(1 for r in self.records if r.status is s) for s in Status if s is not Status.OK}
-        size = len(front([r for r in self.records if r.info.confirm_of is None], self.config.metric_names,
-                         self.config.directions))
+        # the front of the search's own trials: a repeat or a confirmation run is another reading
+        # of a config already counted (one config and its two repeats read "front 3")
+        size = len(front([r for r in self.records if r.info.confirm_of is None and r.info.repeat_of is None],
+                         self.config.metric_names, self.config.directions))
         elapsed = time.monotonic() - self._start
         left = (elapsed / self._done_here) * max(0, self.total - done)
         p = rec.params
