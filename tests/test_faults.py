@@ -119,3 +119,36 @@ def test_a_config_mistake_every_trial_meets_stops_the_search_after_the_first(tmp
     from tune_batch.backends.signals import config_fault
 
     assert config_fault["record"] is None  # nothing left to stop the next search in this process
+
+
+def test_a_search_whose_first_trials_all_fail_alike_stops(tmp_path: Path) -> None:
+    """A sample no trial can read (a corrupt file past what preflight reads) failed every trial of
+    the budget with the same OSError; now the search stops after the first 3 and says why."""
+    from tune_batch.errors import TrialConfigError
+    from tune_batch.store.records import ALIKE_FAILURES
+
+    cfg = tiny_config(data={"name": "tests.workloads:one_unreadable_sample", "resize": None},
+                      search={"backend": "optuna"}, budget={"trials": 6, "train_samples": 256})
+    with pytest.raises(TrialConfigError) as e:
+        search(cfg, tmp_path / "run", quiet=True)
+    recs = [json.loads(x) for x in (tmp_path / "run" / "trials.jsonl").read_text().splitlines()]
+    assert len(recs) == ALIKE_FAILURES == 3 and {r["status"] for r in recs} == {"failed"}
+    assert str(e.value).startswith("the first 3 trials all failed alike (OSError: cannot read sample 9: the file is "
+                                   "corrupt)")
+    assert "so the search stopped after 3 of 6 trial(s)" in str(e.value)
+
+
+def test_trials_failing_for_their_config_do_not_stop_a_search() -> None:
+    """Alike failures stop a search only when nothing else finished and it is no timeout (which
+    depends on the config: a large batch is slow)."""
+    from tune_batch.store.records import Params, Status, TrialResult, failing_alike
+
+    def rec(i: int, status: Status, reason: str | None) -> TrialResult:
+        return TrialResult(i, Params.of({"batch_size": 16, "lr": 0.01, "num_gpus": 1}), status, reason=reason)
+
+    alike = [rec(i, Status.FAILED, "OSError: x") for i in range(3)]
+    assert failing_alike(alike) == "the first 3 trials all failed alike (OSError: x)"
+    assert failing_alike(alike[:2]) is None
+    assert failing_alike([*alike, rec(3, Status.OK, None)]) is None
+    assert failing_alike([rec(i, Status.FAILED, "timeout: still running after 6 s") for i in range(3)]) is None
+    assert failing_alike([*alike[:2], rec(2, Status.FAILED, "OSError: y")]) is None

@@ -272,3 +272,24 @@ def step_needs_eight(model, batch, device):
     if len(y) < 8:
         raise ValueError("needs at least 8 samples")
     return nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+
+
+class _OneUnreadable(torch.utils.data.Dataset):
+    """64 samples of which one (index 9) cannot be read, as a corrupt file in a folder."""
+
+    def __init__(self, bad: int | None) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y, self.bad = torch.randn(64, 3, 16, 16, generator=g), torch.arange(64) % 10, bad
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        if i == self.bad:
+            raise OSError(f"cannot read sample {i}: the file is corrupt")
+        return self.x[i], self.y[i]
+
+
+def one_unreadable_sample():
+    """A training set whose every pass meets one unreadable sample (past the first two)."""
+    return _OneUnreadable(9), _OneUnreadable(None)

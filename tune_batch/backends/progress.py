@@ -9,7 +9,7 @@ from typing import Any, TextIO
 from tune_batch.analysis.pareto import front
 from tune_batch.backends.signals import config_fault
 from tune_batch.config import Config
-from tune_batch.store.records import Status, TrialResult, config_mistake
+from tune_batch.store.records import Status, TrialResult, config_mistake, failing_alike
 
 
 def _clock(seconds: float) -> str:
@@ -63,10 +63,11 @@ class Progress:
         self.running += 1
 
     def finished(self, rec: TrialResult) -> None:
-        if config_mistake(rec) and config_fault["record"] is None:  # the search stops after it
-            config_fault["record"] = rec
         self.running = max(0, self.running - 1)
         self.records.append(rec)
+        # the search stops after a config mistake, or once its first trials all failed alike
+        if config_fault["record"] is None and (config_mistake(rec) or failing_alike(self.records)):
+            config_fault["record"] = rec
         self._done_here += 1
         if self.quiet:
             return

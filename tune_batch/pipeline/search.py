@@ -34,7 +34,7 @@ from tune_batch.output.tracking import check_trackers
 from tune_batch.pipeline import stages
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
 from tune_batch.pipeline.stages import Backend, run_stages
-from tune_batch.store.records import TrialResult, budget_used, config_mistake
+from tune_batch.store.records import TrialResult, budget_used, config_mistake, failing_alike
 from tune_batch.store.rundir import LOCK_FILE, RunDir
 from tune_batch.study.admission import Policy
 
@@ -382,7 +382,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
               flush=True)
     fault, config_fault["record"] = config_fault["record"], None  # no state left behind for the next search
     if fault is not None:  # every trial would have failed the same way: no use training them
-        raise TrialConfigError(f"{config_mistake(fault)} (trial {fault.trial_id}); every "
+        why = config_mistake(fault) or failing_alike(report.records) or fault.reason
+        raise TrialConfigError(f"{why} (trial {fault.trial_id}); every "
                                f"trial would end the same way, so the search stopped after {used} of "
                                f"{config.budget.trials} trial(s) (kept in {run_dir.path}); fix the config and run "
                                f"it with a new --output")

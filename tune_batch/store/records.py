@@ -301,3 +301,21 @@ def config_mistake(rec: TrialResult) -> str | None:
     if rec.status is Status.FAILED and reason.startswith(CONFIG_FAULT):
         return reason.removeprefix(CONFIG_FAULT)
     return None
+
+
+#: Searched trials that all failed alike, and none other, after which a search stops: the fault
+#: is the workload's (a file no trial can read), not a config's.
+ALIKE_FAILURES = 3
+
+
+def failing_alike(records: Iterable[TrialResult]) -> str | None:
+    """What every searched trial so far failed on, where there are ALIKE_FAILURES or more of
+    them, each ``failed`` with the same reason (not a timeout: that one depends on the config),
+    and nothing else finished; None otherwise."""
+    ran = [r for r in records if r.counted]
+    if len(ran) < ALIKE_FAILURES or any(r.status is not Status.FAILED for r in ran):
+        return None
+    reasons = {r.reason or "" for r in ran}
+    if len(reasons) != 1 or next(iter(reasons)).startswith("timeout"):
+        return None
+    return f"the first {len(ran)} trials all failed alike ({next(iter(reasons))})"
