@@ -66,6 +66,19 @@ def test_a_config_mistake_every_trial_meets_stops_the_users_own_study() -> None:
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
 
 
+def test_a_users_study_whose_first_trials_all_fail_alike_stops() -> None:
+    """A sample no trial can read failed every trial of the user's study.optimize alike; now the
+    third such trial raises out of it, as a config mistake does."""
+    from tune_batch.errors import TrialConfigError
+
+    cfg = tiny_config(data={"name": "tests.workloads:one_unreadable_sample", "resize": None},
+                      budget={"train_samples": 256})
+    study = optuna.create_study(directions=cfg.directions)
+    with pytest.raises(TrialConfigError, match=r"^the first 3 trials all failed alike \(OSError: cannot read sample 9"):
+        study.optimize(Objective(cfg), n_trials=6)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 3
+
+
 def test_a_study_with_other_directions_is_refused(tmp_path: Path) -> None:
     cfg = tiny_config()
     study = optuna.create_study(directions=["minimize", "maximize", "maximize"])

@@ -24,7 +24,7 @@ from tune_batch.backends.signals import graceful, stopping
 from tune_batch.config import Config, SpaceConfig
 from tune_batch.errors import ConfigError, TrialConfigError
 from tune_batch.store.jobs import Job, JobKind
-from tune_batch.store.records import Params, Status, TrialResult, budget_used, config_mistake
+from tune_batch.store.records import Params, Status, TrialResult, budget_used, config_mistake, failing_alike
 from tune_batch.store.rundir import RunDir
 from tune_batch.study import seam
 from tune_batch.study import space as space_mod
@@ -145,9 +145,8 @@ class Objective:
             self.records.append(result)
         if self.progress:
             self.progress.finished(result)  # (a search stops after a config fault: signals.stopping)
-        elif config_mistake(result):  # in the user's own study: its optimize() stops with the error
-            raise TrialConfigError(f"{config_mistake(result)} (trial {trial.number}; every trial would end the "
-                                   f"same way)")
+        elif why := config_mistake(result) or failing_alike(self.records):  # the user's own study: optimize() stops
+            raise TrialConfigError(f"{why} (trial {trial.number}; every trial would end the same way)")
         floor = None if result.status is Status.OK else seam.feasible_floor(trial.study)
         # told: throughput as its step's mean so far (Policy.told); the record keeps the reading
         return seam.answer(self.config, self.policy.told(result), floor)  # None: Optuna records a FAIL
