@@ -37,6 +37,10 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     # nor a step that needs more than 2 samples: it is given a trial's fewest (16 here)
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "train.step=tests.workloads:step_needs_eight")
     assert code == 0 and "valid" in out
+    # trials too short for the largest batches: said before they are skipped
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "budget.train_samples=64")
+    assert code == 0 and ("note: budget.train_samples = 64 gives fewer than 2 steps at batch_size 64, 128, 256: "
+                          "their trials are skipped unmeasured; budget.train_samples = 512 measures them") in out
     # one fixed learning rate: a finite space, smaller than the budget
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "space.lr={low: 0.01, high: 0.01}", "--set",
                         "space.batch_size=[16, 32]", "--set", "budget.trials=5")

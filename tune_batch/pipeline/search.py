@@ -318,6 +318,11 @@ def config_notes(config: Config) -> list[str]:
         notes.append(f"confirm.train_samples = {c.train_samples} is shorter than one trial (budget.train_samples = "
                      f"{config.budget.train_samples}): the confirmation runs see less training than the search's "
                      f"trials did; give it a few trials' length or drop it (default: 8 trials')")
+    short = [b for b in config.space.batch_choices() if config.budget.steps_short(b)]
+    if short:
+        notes.append(f"budget.train_samples = {config.budget.train_samples} gives fewer than 2 steps at batch_size "
+                     f"{', '.join(map(str, short))}: their trials are skipped unmeasured; budget.train_samples = "
+                     f"{2 * max(short)} measures them")
     points = config.space.configurations()
     if points is not None and config.budget.trials > points:
         notes.append(f"budget.trials = {config.budget.trials} but the space holds {points} configuration(s) (space.lr "
