@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
-    from tune_batch.pipeline.search import config_notes, preflight
+    from tune_batch.config.advice import config_notes
+    from tune_batch.pipeline.search import preflight
 
     cfg = load_config(args.config, args.overrides)
     preflight(cfg)  # the checks a search makes before it writes anything: model, data, batch sizes

@@ -1,0 +1,36 @@
+"""What a config asks that will not do what its user likely means: warned by ``validate`` and at
+the start of a search, not refused."""
+
+from __future__ import annotations
+
+from tune_batch.config.schema import Config
+
+
+def baseline_unused(config: Config) -> str | None:
+    """Why the config's baseline will not be compared (confirmation is off), or None."""
+    if config.baseline is None or (config.confirm.candidates > 0 and config.confirm_metric is not None):
+        return None
+    why = "(confirm.candidates = 0)" if config.confirm.candidates == 0 else "(no metric to read time to target on)"
+    return (f"baseline: not compared: it is confirmed beside the candidates, and confirmation is off {why}; "
+            f"set confirm.candidates >= 1, or leave baseline out")
+
+
+def config_notes(config: Config) -> list[str]:
+    """What the config asks that will not do what its user likely means (warned, not refused)."""
+    notes = [x for x in (baseline_unused(config),) if x]
+    c = config.confirm
+    if c.candidates > 0 and c.train_samples is not None and c.train_samples < config.budget.train_samples:
+        notes.append(f"confirm.train_samples = {c.train_samples} is shorter than one trial (budget.train_samples = "
+                     f"{config.budget.train_samples}): the confirmation runs see less training than the search's "
+                     f"trials did; give it a few trials' length or drop it (default: 8 trials')")
+    short = [b for b in config.space.batch_choices() if config.budget.steps_short(b)]
+    if short:
+        notes.append(f"budget.train_samples = {config.budget.train_samples} gives fewer than 2 steps at batch_size "
+                     f"{', '.join(map(str, short))}: their trials are skipped unmeasured; budget.train_samples = "
+                     f"{2 * max(short)} measures them")
+    points = config.space.configurations()
+    if points is not None and config.budget.trials > points:
+        notes.append(f"budget.trials = {config.budget.trials} but the space holds {points} configuration(s) (space.lr "
+                     f"is fixed at {config.space.lr.low:g}): each is measured once and the sampler's repeats of them "
+                     f"are skipped; budget.trials = {points} says the same")
+    return notes
