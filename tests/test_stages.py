@@ -177,3 +177,31 @@ def test_progress_counts_a_config_and_its_repeats_once_on_the_front() -> None:
         rec = TrialResult(f"0s{seed}", p, Status.OK, metrics=_metrics(seed))
         progress.finished(dataclasses.replace(rec, info=dataclasses.replace(rec.info, repeat_of=0, seed=seed)))
     assert [line.split(" | ")[-2] for line in out.getvalue().splitlines()] == ["front 1"] * 3
+
+
+def test_progress_counts_the_front_the_summary_shows() -> None:
+    """The progress lines counted the front of single readings ("front 1" through a quickstart
+    search) while its summary showed 9 configurations, their runs pooled and the noise respected."""
+    import io
+
+    from tune_batch.analysis.report import build_report
+    from tune_batch.backends.progress import Progress
+    from tune_batch.output.text import render_summary
+    from tune_batch.store.records import Metrics
+
+    cfg = tiny_config(repeats={"seeds": 2, "candidates": 1})
+    out = io.StringIO()
+    progress = Progress(cfg, 2, stream=out)
+    a, b = (Params.of({"batch_size": n, "lr": lr, "num_gpus": 1}) for n, lr in ((16, 0.01), (32, 0.02)))
+
+    def rec(tid: object, p: Params, sps: float, acc: float, seed: int = 0) -> TrialResult:
+        r = TrialResult(tid, p, Status.OK, metrics=Metrics(samples_per_s=sps, device_util=0.9, val_acc=acc))
+        return dataclasses.replace(r, info=dataclasses.replace(r.info, repeat_of=0, seed=seed)) if seed else r
+
+    # b's one reading beats a's first in both objectives, but a's repeats spread wider than the gap
+    for r in (rec(0, a, 1000.0, 0.90), rec(1, b, 1100.0, 0.91), rec("0s1", a, 1400.0, 0.80, 1),
+              rec("0s2", a, 800.0, 0.95, 2)):
+        progress.finished(r)
+    summary = render_summary(build_report(cfg, progress.records))
+    assert "Pareto front: 2 configuration(s)" in summary
+    assert out.getvalue().splitlines()[-1].split(" | ")[-2] == "front 2"

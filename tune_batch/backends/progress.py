@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from tune_batch.analysis.pareto import front
+from tune_batch.analysis.report import build_report
 from tune_batch.backends.signals import config_fault
 from tune_batch.config import Config
 from tune_batch.store.records import Status, TrialResult, config_mistake, failing_alike
@@ -73,10 +73,9 @@ class Progress:
             return
         done = len({r.trial_id for r in self.records if not r.info.free_skip})  # free skips use no budget
         counts = {s: sum(1 for r in self.records if r.status is s) for s in Status if s is not Status.OK}
-        # the front of the search's own trials: a repeat or a confirmation run is another reading
-        # of a config already counted (one config and its two repeats read "front 3")
-        size = len(front([r for r in self.records if r.info.confirm_of is None and r.info.repeat_of is None],
-                         self.config.metric_names, self.config.directions))
+        # the front the summary will show, as it stands (configs, their runs pooled, the noise
+        # respected): the single readings' front read "front 1" beside a summary of 9 configurations
+        size = len(build_report(self.config, self.records).front)
         elapsed = time.monotonic() - self._start
         left = (elapsed / self._done_here) * max(0, self.total - done)
         p = rec.params
