@@ -37,6 +37,11 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     # nor a step that needs more than 2 samples: it is given a trial's fewest (16 here)
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "train.step=tests.workloads:step_needs_eight")
     assert code == 0 and "valid" in out
+    # where the trials run elsewhere (a cluster here; a GPU machine alike), a model that fails on this
+    # CPU is said, not refused: it may need the GPU (a CUDA-only kernel)
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "data.resize=2", "--set", "search.address=10.0.0.1:6379")
+    assert code == 0 and "note: the model cannot take a batch of the data (RuntimeError" in out
+    assert "(on this machine's CPU; the trials run on the cluster at search.address, where it may work: not " in out
     # trials too short for the largest batches: said before they are skipped
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "budget.train_samples=64")
     assert code == 0 and ("note: budget.train_samples = 64 gives fewer than 2 steps at batch_size 64, 128, 256: "

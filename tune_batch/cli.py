@@ -94,12 +94,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from tune_batch.pipeline.search import preflight
 
     cfg = load_config(args.config, args.overrides)
-    preflight(cfg)  # the checks a search makes before it writes anything: model, data, batch sizes
+    warned: list[str] = []
+    preflight(cfg, warn=warned.append)  # the checks a search makes before it writes anything: model, data, batches
     print(f"{args.config}: valid ({cfg.name}: {len(cfg.space.batch_choices())} batch sizes x lr "
           f"[{cfg.space.lr.low:g}, {cfg.space.lr.high:g}] x num_gpus {cfg.space.num_gpus}; "
           f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; "
           f"objectives {', '.join(cfg.metric_names)})")
-    for note in config_notes(cfg):
+    for note in [*warned, *config_notes(cfg)]:
         print(f"note: {note}")
     return 0
 

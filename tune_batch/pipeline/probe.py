@@ -7,6 +7,7 @@ import gzip
 import json
 import math
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
         config = config.model_copy(update={"profile": config.profile.model_copy(update={"enabled": profile})})
     out = RunDir(f"runs/{config.name}-probe-{time.strftime('%Y%m%d-%H%M%S')}" if output is None else output)
     RunDir.check_writable(out.path)
-    workload = preflight(config, batch_size=batch_size)
+    workload = preflight(config, batch_size=batch_size, warn=lambda m: print(f"warning: {m}", file=sys.stderr))
     if on_workload is not None:
         on_workload(workload)
     made_here = not out.path.exists()

@@ -59,10 +59,13 @@ def default_output(config: Config) -> Path:
     return Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def preflight(config: Config, batch_size: int | None = None) -> str:
+def preflight(config: Config, batch_size: int | None = None, *, address: str | None = None,
+              warn: Callable[[str], None] | None = None) -> str:
     """Build the data sets and the model once, so user mistakes (unknown model, missing files,
     offline weights, bad ``pkg.module:function``) fail before anything is written or run.
-    Returns a one-line description of the workload."""
+    Returns a one-line description of the workload. Where the trials run elsewhere than this
+    machine's CPU (its GPUs, or a cluster at ``address`` / search.address), a model that fails on
+    the CPU is ``warn``-ed about instead: it may need the GPU (a CUDA-only kernel)."""
     from tune_batch.workload import build_datasets, build_model
 
     check_trackers(config.search.log_to)
@@ -80,7 +83,17 @@ def preflight(config: Config, batch_size: int | None = None) -> str:
     if config.budget.train_samples < 2 * smallest:
         raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
                           f"batch_size ({2 * smallest})")
-    _check_first_loss(config, ds.train, ds.val, model, smallest)
+    try:
+        _check_first_loss(config, ds.train, ds.val, model, smallest)
+    except ConfigError as e:
+        import torch
+
+        elsewhere = ("this machine's GPUs" if torch.cuda.is_available() else
+                     "the cluster at search.address" if address or config.search.address else None)
+        if elsewhere is None or isinstance(e.__cause__, TrialConfigError):
+            raise
+        if warn is not None:
+            warn(f"{e} (on this machine's CPU; the trials run on {elsewhere}, where it may work: not refused)")
     goal = config.goal
     if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
         from tune_batch.config.schema import short_goal
@@ -238,7 +251,7 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
     if config.search.backend == "optuna" and (address or config.search.address):
         raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
     progress = Progress(config, config.budget.trials, quiet=quiet)
-    progress.say(f"workload: {preflight(config)}")
+    progress.say(f"workload: {preflight(config, address=address, warn=progress.warn)}")
     if storage_url:  # a bad URL, or a study of another space, is refused before anything is written
         from tune_batch.study import seam
 
