@@ -75,7 +75,10 @@ class Progress:
         counts = {s: sum(1 for r in self.records if r.status is s) for s in Status if s is not Status.OK}
         # the front the summary will show, as it stands (configs, their runs pooled, the noise
         # respected): the single readings' front read "front 1" beside a summary of 9 configurations
-        size = len(build_report(self.config, self.records).front)
+        try:
+            size: int | str = len(build_report(self.config, self.records).front)
+        except Exception:  # noqa: BLE001 - a progress line never ends a search; the summary says the rest
+            size = "?"
         elapsed = time.monotonic() - self._start
         left = (elapsed / self._done_here) * max(0, self.total - done)
         p = rec.params
