@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tune_batch.config import Config
 from tune_batch.errors import UserError
+from tune_batch.pipeline.quiet import quiet_libraries
 from tune_batch.pipeline.search import check_address, local_capacity, preflight
 from tune_batch.store.records import Params, Status, TrialResult
 from tune_batch.store.rundir import RunDir
@@ -84,7 +85,8 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
         on_workload(workload)
     made_here = not out.path.exists()
     try:
-        res = _run_probe(config, out, Params(batch_size, lr, num_gpus))
+        with quiet_libraries():  # as a search's trial: Ray's and torch's chatter kept off the report
+            res = _run_probe(config, out, Params(batch_size, lr, num_gpus))
     except (UserError, KeyboardInterrupt):  # a cluster without the workers, Ctrl-C: no directory left with only
         if made_here:  # config.yaml
             shutil.rmtree(out.path, ignore_errors=True)

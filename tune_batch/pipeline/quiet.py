@@ -12,9 +12,11 @@ import os
 import warnings
 from collections.abc import Iterator
 
-#: Loggers quietened to errors: Ray's, and Optuna's (its per-trial INFO lines, and a WARNING with
-#: the params of every failed trial, which the progress line and the record already give).
-LOGGERS = {"ray": logging.ERROR, "ray.tune": logging.ERROR, "ray.train": logging.ERROR, "optuna": logging.ERROR}
+#: Loggers quietened to errors: Ray's, Optuna's (its per-trial INFO lines, and a WARNING with the
+#: params of every failed trial, which the progress line and the record already give), and torch's
+#: C++-extension one (a compiled model on a machine without CUDA said "No CUDA runtime is found").
+LOGGERS = {"ray": logging.ERROR, "ray.tune": logging.ERROR, "ray.train": logging.ERROR, "optuna": logging.ERROR,
+           "torch.utils.cpp_extension": logging.ERROR}
 #: The legacy Tune reporter honours verbose=0; the new one prints tables regardless.
 ENV = {"RAY_AIR_NEW_OUTPUT": "0"}
 #: Set only where the user has not: Ray Tune's traceback of every failed trial task (a trial the
