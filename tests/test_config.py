@@ -110,6 +110,21 @@ def test_yaml_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
         load_config(p)
 
 
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """A second `budget:` section silently replaced the first (12 trials ran, not the 4 asked)."""
+    p = tmp_path / "dup.yaml"
+    p.write_text("name: x\nbudget: {trials: 4}\nspace: {num_gpus: [1]}\nbudget: {train_samples: 2048}\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml: YAML error at line 4, column 1: 'budget' is given twice in one "
+                                          r"mapping \(first at line 2\)"):
+        load_config(p)
+    p.write_text("name: x\nbudget: {trials: 4, trials: 8}\n")
+    with pytest.raises(ConfigError, match=r"'trials' is given twice"):
+        load_config(p)
+    # a merge key overrides on purpose: allowed
+    p.write_text("name: x\nbudget:\n  <<: {trials: 4, train_samples: 2048}\n  trials: 3\n")
+    assert load_config(p).budget.trials == 3
+
+
 def test_missing_file_and_non_mapping(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")

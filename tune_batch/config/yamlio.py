@@ -38,8 +38,31 @@ def _set_path(raw: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping key given twice."""
+
+
 class _Loader(yaml.SafeLoader):
-    """yaml.SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``)."""
+    """yaml.SafeLoader that also reads ``1e-4`` as a float (YAML 1.1 wants ``1.0e-4``), and
+    refuses a key given twice in one mapping (YAML's loaders keep the last one silently: a second
+    ``budget:`` section dropped the first one's settings)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # "<<: *base" merges on purpose
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: the base loader says what is wrong with it
+                    continue
+                if first is not key_node.start_mark:
+                    raise _DuplicateKey(
+                        None, None, f"{key!r} is given twice in one mapping (first at line {first.line + 1}); the "
+                        f"second would silently replace the first: merge them", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
@@ -109,7 +132,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     try:
         raw = safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: YAML syntax error at {_yaml_problem(e)}") from e
+        what = "YAML error" if isinstance(e, _DuplicateKey) else "YAML syntax error"
+        raise ConfigError(f"{p}: {what} at {_yaml_problem(e)}") from e
     if raw is None:
         raise ConfigError(f"{p}: the file is empty; start from configs/quickstart.yaml (CPU, offline) or "
                           f"configs/resnet18.yaml (the seed scenario)")
