@@ -404,3 +404,25 @@ def test_a_probe_stopped_by_ctrl_c_leaves_no_directory_and_promises_nothing(tmp_
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-2000:]
     assert stderr.strip() == "tune-batch: interrupted; nothing was recorded" and not out.exists()
+
+
+def test_a_search_stopped_by_ctrl_c_before_it_recorded_anything_leaves_nothing_and_says_so(tmp_path: Path) -> None:
+    """Ctrl-C while a search loaded its data said "finished trials are kept in the run directory
+    (run the same command again to continue)": there was no run directory and no trial."""
+    import signal
+    import time
+
+    out, started = tmp_path / "s", tmp_path / "loading"
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "tune_batch", "search", QUICK, "--set",
+                             "data.name=tests.workloads:slow_to_build", "--set", f"data.kwargs.started={started}",
+                             "--set", "search.backend=optuna", "--output", str(out)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists():  # inside the 60 s data build
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert stderr.strip() == "tune-batch: interrupted; nothing was recorded" and not out.exists()

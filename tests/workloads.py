@@ -293,3 +293,15 @@ class _OneUnreadable(torch.utils.data.Dataset):
 def one_unreadable_sample():
     """A training set whose every pass meets one unreadable sample (past the first two)."""
     return _OneUnreadable(9), _OneUnreadable(None)
+
+
+def slow_to_build(delay_s: float = 60.0, started: str = ""):
+    """A data builder that takes ``delay_s`` (a large data set loading): a Ctrl-C meets it. It
+    writes the file ``started`` names once it is loading."""
+    import pathlib
+    import time
+
+    if started:
+        pathlib.Path(started).write_text("loading")
+    time.sleep(delay_s)
+    return _DictBatches(), _DictBatches()

@@ -10,7 +10,7 @@ import sys
 import traceback
 from typing import Any, TextIO
 
-from tune_batch.errors import SearchInterrupted, UserError
+from tune_batch.errors import NothingRecorded, SearchInterrupted, UserError
 
 EXIT_USER = 2
 
@@ -245,9 +245,10 @@ def _run(args: argparse.Namespace) -> int:
     except SearchInterrupted as e:
         print(f"tune-batch: {e}", file=sys.stderr)
         return 130 if e.signal_number != signal.SIGTERM else 143
-    except KeyboardInterrupt:
-        kept = ("; finished trials are kept in the run directory (run the same command again to continue)"
-                if args.command == "search" else "; nothing was recorded" if args.command == "probe" else "")
+    except KeyboardInterrupt as e:
+        kept = ("; nothing was recorded" if isinstance(e, NothingRecorded) or args.command == "probe" else
+                "; finished trials are kept in the run directory (run the same command again to continue)"
+                if args.command == "search" else "")
         print(f"tune-batch: interrupted{kept}", file=sys.stderr)
         return 130
 

@@ -46,6 +46,11 @@ class DeviceMonitorError(TuneBatchError):
     """A device telemetry call failed (NVML); the cause is chained."""
 
 
+class NothingRecorded(KeyboardInterrupt):
+    """Ctrl-C before a search recorded anything (while its data and model were being checked, or
+    Ray started): no run directory of its own is left, nothing to continue."""
+
+
 class SearchInterrupted(TuneBatchError):
     """The search stopped before its budget (Ctrl-C, SIGTERM): what finished is kept and
     reported; the same command continues it. The command line exits 130."""

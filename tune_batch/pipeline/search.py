@@ -9,7 +9,6 @@ the study are marked FAIL and run again.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import time
@@ -28,7 +27,7 @@ from tune_batch.backends.signals import config_fault, received
 from tune_batch.config import Config
 from tune_batch.config.advice import config_notes
 from tune_batch.decide.recommend import decide
-from tune_batch.errors import ConfigError, SearchInterrupted, TrialConfigError, UserError
+from tune_batch.errors import ConfigError, NothingRecorded, SearchInterrupted, TrialConfigError, UserError
 from tune_batch.output.files import write_files
 from tune_batch.output.text import render_summary
 from tune_batch.output.tracking import check_trackers
@@ -36,7 +35,7 @@ from tune_batch.pipeline import stages
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
 from tune_batch.pipeline.stages import Backend, run_stages
 from tune_batch.store.records import TrialResult, budget_used, config_mistake, failing_alike
-from tune_batch.store.rundir import LOCK_FILE, RunDir
+from tune_batch.store.rundir import RunDir
 from tune_batch.study.admission import Policy
 
 
@@ -250,6 +249,23 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
     RunDir.check_writable(run_dir.path)
     if config.search.backend == "optuna" and (address or config.search.address):
         raise ConfigError("search.address: a cluster address needs search.backend = 'ray'")
+    made_here = not run_dir.path.exists()
+    try:
+        return _checked_search(config, run_dir, made_here, started, address=address, storage_url=storage_url,
+                               study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer)
+    except KeyboardInterrupt as e:  # a hard stop: what was recorded stays; before anything was, nothing does
+        if run_dir.has_records():
+            raise
+        if made_here:
+            run_dir.discard_unused()
+        raise e if isinstance(e, NothingRecorded) else NothingRecorded() from e
+
+
+def _checked_search(config: Config, run_dir: RunDir, made_here: bool, started: float, *, address: str | None,
+                    storage_url: str | None, study_name: str | None, force: bool, quiet: bool, verbose: bool,
+                    prefer: Prefer) -> SearchResult:
+    """The search once its run directory is named: the checks before anything is written, then
+    the search under the directory's lock."""
     progress = Progress(config, config.budget.trials, quiet=quiet)
     progress.say(f"workload: {preflight(config, address=address, warn=progress.warn)}")
     if storage_url:  # a bad URL, or a study of another space, is refused before anything is written
@@ -264,31 +280,22 @@ def _search(config: Config, output: str | Path | None, *, address: str | None, s
         check_device_util(config, torch.cuda.device_count())
         if config.search.backend == "ray":
             _check_local_gpu_choices(config)
-    made_here = not run_dir.path.exists()
     try:
         with run_dir.lock():  # one writer: a second search (or a probe) on this directory is refused
             return _locked_search(config, run_dir, progress, address=address, storage_url=storage_url,
                                   study_name=study_name, force=force, quiet=quiet, verbose=verbose, prefer=prefer,
                                   started=started)
     except UserError:  # refused before a trial ran (a cluster nothing answers at): no empty directory left behind
-        if made_here and not records_exist(run_dir) and _only_prepared(run_dir.path):
-            shutil.rmtree(run_dir.path, ignore_errors=True)
+        if made_here:
+            run_dir.discard_unused()
         raise
-
-
-#: What preparing a run directory writes before any trial: a directory holding no more is removable.
-_PREPARED = {LOCK_FILE, "config.yaml", "search_time.json", "study.db", "trials.jsonl"}
-
-
-def _only_prepared(path: Path) -> bool:
-    return path.is_dir() and {p.name for p in path.iterdir()} <= _PREPARED
 
 
 def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url: str | None,
                     study_name: str | None) -> None:
     """Name the study's objectives (where it has no names) and record the recommendation and
     the run directory on it, so Optuna's own views and plots read like the report."""
-    if not records_exist(run_dir):
+    if not run_dir.has_records():
         return
     from tune_batch.study import seam
 
@@ -301,7 +308,7 @@ def _annotate_study(config: Config, run_dir: RunDir, report: Report, storage_url
 def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress: Progress) -> None:
     """search.log_to: the records, front and recommendation to each tracker. A tracker that
     fails costs one warning line: the run directory already holds everything."""
-    if "mlflow" not in config.search.log_to or not records_exist(run_dir):
+    if "mlflow" not in config.search.log_to or not run_dir.has_records():
         return
     from tune_batch.output.tracking import log_to_mlflow
 
@@ -313,10 +320,6 @@ def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress:
         return
     progress.say(f"mlflow: {new} record(s) sent to {uri} (experiment {config.name!r}, run {run_id}); "
                  f"to browse: mlflow ui --backend-store-uri {uri}")
-
-
-def records_exist(run_dir: RunDir) -> bool:
-    return run_dir.trials_path.exists() and run_dir.trials_path.stat().st_size > 0
 
 
 def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, address: str | None,
@@ -353,6 +356,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
         except KeyboardInterrupt:  # the in-process backend; Ray Tune stops on its own and returns
             stopped = True
     records, warnings = run_dir.records()
+    if not records:  # every trial that ends is recorded: stopped before the first ended (Ray was starting)
+        raise NothingRecorded()
     ran = config.budget.trials > used_before or len(records) > len(previous)
     wall = (run_dir.add_search_wall_s(time.perf_counter() - started if ran else 0.0) if todo or ran
             else run_dir.search_wall_s())

@@ -12,6 +12,7 @@ import fcntl
 import json
 import math
 import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +169,18 @@ class RunDir:
 
     def exists(self) -> bool:
         return self.config_path.exists()
+
+    def has_records(self) -> bool:
+        return self.trials_path.exists() and self.trials_path.stat().st_size > 0
+
+    def discard_unused(self) -> None:
+        """Remove the directory where it holds no record and only what preparing a search writes
+        (config.yaml, an empty trials.jsonl, search_time.json, study.db, the lock): a search that
+        recorded nothing leaves nothing behind."""
+        prepared = {LOCK_FILE, CONFIG_FILE, "search_time.json", "study.db", "trials.jsonl"}
+        if (not self.has_records() and self.path.is_dir()
+                and {p.name for p in self.path.iterdir()} <= prepared):
+            shutil.rmtree(self.path, ignore_errors=True)
 
     @staticmethod
     def check_writable(path: Path) -> None:
