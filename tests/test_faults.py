@@ -135,7 +135,7 @@ def test_a_search_whose_first_trials_all_fail_alike_stops(tmp_path: Path) -> Non
     assert len(recs) == ALIKE_FAILURES == 3 and {r["status"] for r in recs} == {"failed"}
     assert str(e.value).startswith("the first 3 trials all failed alike (OSError: cannot read sample 9: the file is "
                                    "corrupt)")
-    assert "so the search stopped after 3 of 6 trial(s)" in str(e.value)
+    assert "so the search stopped after 3 of 6 trial(s)" in str(e.value) and "fix what they failed on" in str(e.value)
 
 
 def test_trials_failing_for_their_config_do_not_stop_a_search() -> None:

@@ -376,11 +376,12 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
               flush=True)
     fault, config_fault["record"] = config_fault["record"], None  # no state left behind for the next search
     if fault is not None:  # every trial would have failed the same way: no use training them
-        why = config_mistake(fault) or failing_alike(report.records) or fault.reason
+        mistake = config_mistake(fault)
+        why = mistake or failing_alike(report.records) or fault.reason
         raise TrialConfigError(f"{why} (trial {fault.trial_id}); every "
                                f"trial would end the same way, so the search stopped after {used} of "
-                               f"{config.budget.trials} trial(s) (kept in {run_dir.path}); fix the config and run "
-                               f"it with a new --output")
+                               f"{config.budget.trials} trial(s) (kept in {run_dir.path}); fix "
+                               f"{'the config' if mistake else 'what they failed on'} and run it with a new --output")
     if interrupted:
         raise SearchInterrupted(used, config.budget.trials, str(run_dir.path),
                                 received["signal"] or signal.SIGINT, cut)
