@@ -42,6 +42,12 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "data.resize=2", "--set", "search.address=10.0.0.1:6379")
     assert code == 0 and "note: the model cannot take a batch of the data (RuntimeError" in out
     assert "(on this machine's CPU; the trials run on the cluster at search.address, where it may work: not " in out
+    # half precision on a CPU: measured as asked, and said to be slow there
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "train.precision=bf16")
+    import torch
+
+    assert code == 0 and ("note: train.precision = bf16 on this machine's CPU: its autocast is slow there" in out) is (
+        not torch.cuda.is_available())
     # trials too short for the largest batches: said before they are skipped
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "budget.train_samples=64")
     assert code == 0 and ("note: budget.train_samples = 64 gives fewer than 2 steps at batch_size 64, 128, 256: "

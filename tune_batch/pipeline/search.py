@@ -82,13 +82,16 @@ def preflight(config: Config, batch_size: int | None = None, *, address: str | N
     if config.budget.train_samples < 2 * smallest:
         raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
                           f"batch_size ({2 * smallest})")
+    import torch
+
+    elsewhere = ("the cluster at search.address" if address or config.search.address else
+                 "this machine's GPUs" if torch.cuda.is_available() else None)
+    if elsewhere is None and config.train.precision in ("bf16", "fp16") and warn is not None:
+        warn(f"train.precision = {config.train.precision} on this machine's CPU: its autocast is slow there (the "
+             f"quickstart read 383 samples/s against 2500 in fp32), and the trials measure that")
     try:
         _check_first_loss(config, ds.train, ds.val, model, smallest)
     except ConfigError as e:
-        import torch
-
-        elsewhere = ("this machine's GPUs" if torch.cuda.is_available() else
-                     "the cluster at search.address" if address or config.search.address else None)
         if elsewhere is None or isinstance(e.__cause__, TrialConfigError):
             raise
         if warn is not None:
