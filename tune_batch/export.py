@@ -64,7 +64,7 @@ def recommended(run_dir: str | Path) -> Recommended:
 def optimizer_words(config: Any) -> str:
     """The optimizer a trial of tune_batch's own loop trains with: the learning rate holds for it."""
     o = config.optimizer
-    kwargs = {"weight_decay": o.weight_decay, **({"momentum": o.momentum} if o.name == "sgd" else {}), **o.kwargs}
+    kwargs = o.keyword_args
     warm = f", the lr warmed up linearly over its first {o.warmup_steps} steps" if o.warmup_steps else ""
     return f"{o.name}(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + f"){warm}"
 

@@ -66,6 +66,13 @@ class OptimizerConfig(Section):
         return self.name in ADAPTIVE
 
     @property
+    def keyword_args(self) -> dict[str, Any]:
+        """What tune_batch's loop passes the optimizer besides lr: weight decay, SGD's momentum, and
+        optimizer.kwargs (which win)."""
+        return {"weight_decay": self.weight_decay, **({"momentum": self.momentum} if self.name == "sgd" else {}),
+                **self.kwargs}
+
+    @property
     def own_loop_settings(self) -> dict[str, Any]:
         """What only tune_batch's own loop reads, where the config sets it off its default: a
         trainer loop makes its own optimizer (name still says how lr scales with the batch)."""

@@ -37,6 +37,12 @@ def accuracy(model: nn.Module, val: Any, device: torch.device, batch: int) -> fl
     return correct / total if total else 0.0
 
 
+def not_given(config: Any, scores: Any) -> list[str]:
+    """The config's validation objectives (those no trial measures itself) missing from ``scores``,
+    what an evaluation returned or a trainer logged."""
+    return [m for m in config.metric_names if m not in OBJECTIVE_METRICS and m not in scores]
+
+
 def evaluate(config: Any, model: nn.Module, val: Any, device: torch.device, batch: int) -> dict[str, float]:
     """The trial's validation metrics: ``train.evaluate`` called as ``fn(model, loader, device)``
     (a loader of ``val`` at the trial's batch size, the model in eval mode, no gradients) when
@@ -62,7 +68,7 @@ def evaluate(config: Any, model: nn.Module, val: Any, device: torch.device, batc
             scores[str(name)] = float(value)
         except (TypeError, ValueError) as e:
             raise TrialConfigError(f"train.evaluate returned {name}={value!r}: not a number") from e
-    missing = [m for m in config.metric_names if m not in OBJECTIVE_METRICS and m not in scores]
+    missing = not_given(config, scores)
     if missing:  # every trial would be measured and left off the front for it
         raise TrialConfigError(f"objective {missing[0]!r} is not among what train.evaluate = "
                                f"{config.train.evaluate!r} returned ({', '.join(sorted(scores))}); return it there or "

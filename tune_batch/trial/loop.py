@@ -33,11 +33,7 @@ def make_optimizer(config: Config, params: Any, lr: float) -> torch.optim.Optimi
     """``optimizer.name`` from torch.optim with its weight decay and kwargs (SGD: the seed's
     momentum too). Raises TypeError for keyword arguments the optimizer does not take."""
     o = config.optimizer
-    cls = getattr(torch.optim, OPTIMIZERS[o.name])
-    kwargs: dict[str, Any] = {"weight_decay": o.weight_decay}
-    if o.name == "sgd":
-        kwargs["momentum"] = o.momentum
-    return cls(params, lr=lr, **{**kwargs, **o.kwargs})
+    return getattr(torch.optim, OPTIMIZERS[o.name])(params, lr=lr, **o.keyword_args)
 
 
 def batch_len(batch: Any) -> int:

@@ -14,9 +14,9 @@ import time
 from typing import Any
 
 from tune_batch.config import Config
-from tune_batch.config.metrics import OBJECTIVE_METRICS
 from tune_batch.errors import ConfigError, TrialConfigError, WorkloadError
 from tune_batch.store.records import Params, TrialResult
+from tune_batch.trial.evaluate import not_given
 
 
 def loop_module(loop: str) -> Any:
@@ -45,7 +45,7 @@ def measure_trainer(config: Config, params: Params, *, start: float | None = Non
     with quiet(module.LOGGERS):
         run = module.train(config, params, plan, device, cap, start + config.budget.trial_timeout_s, validate)
     record = trainer_record(config, params, plan, device, run, cap, start)
-    missing = [m for m in config.metric_names if m not in OBJECTIVE_METRICS and m not in run.scores]
+    missing = not_given(config, run.scores)
     if validate and "val_acc" in config.metric_names and record.metrics.val_acc is None:
         missing.insert(0, "val_acc")
     if validate and missing:
