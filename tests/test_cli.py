@@ -220,7 +220,10 @@ def test_a_lost_study_is_rebuilt_and_an_unappendable_record_file_refused(capsys:
     cfg.write_text(yaml.safe_dump(tiny_config(search={"backend": "optuna"},
                                               budget={"trials": 1, "train_samples": 128}).to_dict()))
     out = tmp_path / "out"
-    assert _run(capsys, "search", str(cfg), "--output", str(out), "--quiet")[0] == 0
+    code, stdout, err = _run(capsys, "search", str(cfg), "--output", str(out), "--quiet")
+    assert code == 0, err
+    # --quiet keeps the final table (its help says so), not the progress lines
+    assert "1 trials, ok 1" in stdout and "[1/1]" not in stdout, stdout
     (out / "study.db").unlink()
     code, stdout, err = _run(capsys, "search", str(cfg), "--output", str(out), "--set", "budget.trials=2")
     assert code == 0, err

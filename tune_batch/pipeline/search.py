@@ -373,8 +373,8 @@ def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, addre
     used = budget_used(report.records)
     cut = stages.pending_stage(config, records)  # planned once: each plan builds a report
     interrupted = stopped or used < config.budget.trials or cut is not None
+    print(render_summary(report), flush=True)  # --quiet too: it keeps errors and the final table
     if not quiet:
-        print(render_summary(report), flush=True)
         print(f"results: {run_dir.path}/ (trials.jsonl, results.csv, pareto.json, best.yaml, report.html, study.db)",
               flush=True)
     fault, config_fault["record"] = config_fault["record"], None  # no state left behind for the next search
