@@ -778,6 +778,10 @@ def test_a_baseline_that_misses_the_target_by_less_than_the_noise_is_not_shown_s
     far = decide(cfg, short + runs + baseline(0.6)).baseline
     assert far.level_within_noise is False and "not established" not in far.line("val_acc")
     assert "at least" in far.line("val_acc") and "at least" in near.line("val_acc")
+    # runs shorter than the recommendation's time to the target bound nothing: "at least 0.19x sooner" said
+    cut = decide(cfg, short + runs + [r.replace(info=r.info.with_(train_s=0.5)) for r in baseline(0.6)]).baseline
+    assert cut.speedup_at_least < 1 and "at least" not in cut.line("val_acc")
+    assert "which is sooner is not measured: the baseline's runs stopped after 0.50 s" in cut.line("val_acc")
 
 
 def test_scaling_efficiency_uses_one_worker_runs_measured_after_the_group() -> None:

@@ -156,9 +156,13 @@ class Baseline:
                 chance = (f" (not established: the baseline levelled off at {self.level:.4g}, within the runs' noise "
                           f"of the recommendation's {self.recommended_level:.4g}; it may reach the target in "
                           f"other runs)")
+            # its runs' length over the recommendation's time: below 1 its runs ended sooner, and say nothing
+            bound = (f"at least {self.speedup_at_least:.2f}x sooner" if self.speedup_at_least >= 1 else
+                     f"which is sooner is not measured: the baseline's runs stopped after "
+                     f"{self.speedup_at_least * self.recommended_s:.2f} s of training")
             return (f"recommendation vs {name}: the baseline never reached the {metric} target in "
                     f"{len(self.runs)} run(s) (best {self.best_value:.4g}); the recommendation reached it in "
-                    f"{self.recommended_s:.2f} s, at least {self.speedup_at_least:.2f}x sooner{chance}{cost}")
+                    f"{self.recommended_s:.2f} s, {bound}{chance}{cost}")
         failed = [r for r in self.runs if r.status is not Status.OK]
         if len(failed) == len(self.runs):  # "no recommendation reached the target" blamed the wrong side
             return f"recommendation vs {name}: no comparison: {self.not_compared}{cost}"
