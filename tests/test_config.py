@@ -18,6 +18,11 @@ def test_shipped_configs_are_valid() -> None:
     assert r.model.pretrained and r.data.resize == 224 and r.data.num_workers == 4
     assert r.space.batch_choices() == [16, 32, 64, 128, 256, 512]
     assert r.space.num_gpus == [1, 2, 4, 8] and r.optimizer.momentum == 0.9
+    # every shipped config that confirms its candidates compares them with a baseline: what a user runs today
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        cfg = load_config(path)
+        if cfg.confirm.candidates > 0:
+            assert cfg.baseline is not None, path.name
 
 
 def test_resolved_config_round_trips(tmp_path: Path) -> None:
