@@ -9,7 +9,7 @@ from tests.conftest import tiny_config
 from tune_batch.errors import UserError
 from tune_batch.measure.cpu import PeakRss
 from tune_batch.measure.oom import fit_memory
-from tune_batch.pipeline.max_batch import Probe, candidates, find_max_batch, max_batch
+from tune_batch.pipeline.max_batch import Probe, candidates, find_max_batch, max_batch, render
 from tune_batch.store.records import Params, TrialResult
 from tune_batch.study.admission import FeasibilityModel
 
@@ -107,6 +107,15 @@ def test_find_max_batch_uses_few_probes_on_a_linear_memory() -> None:
     # limit 180 MiB -> b <= 320 -> the largest power of two is 256
     assert res.batch_size == 256
     assert len(res.probes) <= 4 and seen[:2] == [16, 32]
+
+
+def test_max_batch_says_a_probe_that_trained_over_the_limit_does_not_fit() -> None:
+    # 512 trained (peak 190 MiB under a 200 MiB cap) but is over the 180 MiB limit: the table said "ok"
+    res = find_max_batch(candidates(16, 512), 200 * MiB, 0.1, lambda b: Probe(b, "ok", 20 * MiB + b * MiB / 3, 0.1))
+    assert res.batch_size == 256 and any(p.batch_size == 512 for p in res.probes)
+    (line,) = [x for x in render(res).splitlines() if "batch_size    512" in x]
+    assert "over the limit" in line and ": ok" not in line
+    assert all(": ok" in x for x in render(res).splitlines() if x.startswith("  ") and "batch_size    512" not in x)
 
 
 def test_find_max_batch_when_nothing_fits() -> None:

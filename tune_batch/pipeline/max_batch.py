@@ -146,7 +146,10 @@ def render(result: MaxBatchResult, num_gpus: int = 1) -> str:
     lines.append("probes:")
     for i, p in enumerate(result.probes, 1):
         peak = f"{p.peak_mem_bytes / 2**20:8.1f} MiB" if p.peak_mem_bytes is not None else "       -    "
-        lines.append(f"  {i}. batch_size {p.batch_size:6d} per worker: {p.status:4s} peak {peak}  ({p.seconds:.1f} s)")
+        # it trained, over the limit: "ok" read as "fits" beside the answer below it
+        over = p.status == "ok" and p.peak_mem_bytes is not None and p.peak_mem_bytes > result.limit_bytes
+        status = "over the limit" if over else p.status
+        lines.append(f"  {i}. batch_size {p.batch_size:6d} per worker: {status:4s} peak {peak}  ({p.seconds:.1f} s)")
     if result.fit is not None:
         f = result.fit
         lines.append(f"memory model: peak = {f.intercept_bytes / 2**20:.1f} MiB + "
