@@ -71,6 +71,13 @@ def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
     text = render_summary(report)
     assert "confirmation: 2 candidate(s)" in text and "Kendall's tau -1.00" in text
     assert "for yours, give its length as goal.train_samples" in text  # no goal: the run it answers is said
+    # and how: the example it gives loads on a shipped config that sets confirm.train_samples (without the
+    # second --set, the refusal "give one")
+    import re
+
+    sets = re.search(r"e\.g\. ((?:--set \S+ ?)+)", text).group(1).replace("--set", "").split()
+    goal = load_config(Path(__file__).resolve().parents[1] / "configs/quickstart.yaml", [x.rstrip(";") for x in sets])
+    assert goal.goal is not None and goal.goal.epochs == 10
     assert "the short trials alone would have recommended trial 0" in text
     # another objective preferred: the front decides, the confirmation is still shown
     other = decide(cfg, short + runs, prefer=parse_prefer("samples_per_s", cfg.metric_names))

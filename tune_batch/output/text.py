@@ -188,9 +188,9 @@ def _how_lines(conf: Confirmation) -> list[str]:
     out = []
     if not conf.own_run and conf.target is not None:
         out.append(f"  this answers a run of {conf.train_samples:.0f} samples; for yours, give its length as "
-                   f"goal.train_samples (or goal.epochs; confirmation then trains that long, in place of "
-                   f"confirm.train_samples): the learning rate soonest to an early target is often too "
-                   f"high for a long run")
+                   f"goal.train_samples or goal.epochs, in place of confirm.train_samples (e.g. --set goal.epochs=10 "
+                   f"--set confirm.train_samples=null; confirmation then trains that long): the learning rate "
+                   f"soonest to an early target is often too high for a long run")
     if conf.rung > 1:
         out.append(f"  escalated: nothing was learned at shorter lengths; round {conf.rung} trained the better half of "
                    f"the round before 4x longer (confirm.escalations)")
