@@ -610,6 +610,19 @@ def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> 
     assert report.method.startswith("best_at_length") and conf.to_dict()["rule"] == "best_at_length"
     assert "goal: the best val_acc after the run's 400 samples decides" in render_summary(report)
     assert "for yours, give its length" not in render_summary(report) and conf.to_dict()["length_from"] == "goal"
+    # a baseline beside them: the length decides, so the final values lead its line, and time to target follows
+    base = [_rec(f"baseline-c{s}", 600, 0.97, b=16, confirm_of="baseline", seed=s, train_samples_done=400, train_s=6.0,
+                 curve=_curve([0.5, 0.9, 0.96, 0.97 + 0.004 * s], step_s=1.5)) for s in (0, 1)]
+    with_base = decide(tiny_config(objectives=OBJ, goal=GOAL_400, budget={"train_samples": 256},
+                                   confirm={"candidates": 3}, baseline={"batch_size": 16, "lr": 0.01}),
+                       short + runs + base)
+    b = with_base.baseline
+    assert b.final_value == pytest.approx(0.972) and b.recommended_final == pytest.approx(0.989)
+    line = render_summary(with_base).splitlines()[0]
+    assert "at the run's length, final val_acc 0.989 vs the baseline's 0.972" in line and "val_acc target" in line
+    assert b.to_dict()["final_value"] == pytest.approx(0.972)
+    assert decide(tiny_config(objectives=OBJ, baseline={"batch_size": 16, "lr": 0.01}),
+                  short + runs + base).baseline.final_value is None  # a target decides: time to it leads
     # within noise of each other at the length: the one whose runs took less time
     tied = [_rec(f"1c{s}", 600, 0.99, b=16, confirm_of=1, seed=s,
                  curve=_curve([0.80, 0.93, 0.97, 0.99 - 0.004 * s], step_s=0.5)) for s in (0, 1)]

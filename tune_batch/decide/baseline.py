@@ -73,6 +73,10 @@ class Baseline:
     kept: bool = False  # the baseline was sooner beyond noise than the search's pick: it stays the recommendation
     kept_by_devices: bool = False  # ... in device-seconds (--prefer device_seconds_to_target)
     no_time: str | None = None  # why the recommendation has no time to the target to compare, where it has none
+    # a goal's length and no target decides by the final value (Confirmation.at_length): the baseline's
+    # and the recommendation's final validation at that length, each the mean over its runs
+    final_value: float | None = None
+    recommended_final: float | None = None
 
     @property
     def device_seconds(self) -> tuple[float, float] | None:
@@ -95,7 +99,8 @@ class Baseline:
                 "level_within_noise": self.level_within_noise, "kept": self.kept,
                 "kept_by_devices": self.kept_by_devices, "not_compared": self.not_compared,
                 "device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[1],
-                "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0]}
+                "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0],
+                "final_value": self.final_value, "recommended_final_value": self.recommended_final}
 
     @property
     def speedup_interval(self) -> tuple[float, float] | None:
@@ -113,7 +118,16 @@ class Baseline:
         return iv is not None and (iv[0] > 1.0 or iv[1] < 1.0)
 
     def line(self, metric: str) -> str:
-        """The summary's first line."""
+        """The summary's first line; where the goal's length decides (final values), that comparison
+        leads it."""
+        text = self._line(metric)
+        if self.final_value is None or self.recommended_final is None or self.kept:
+            return text
+        head, sep, rest = text.partition(": ")
+        return (f"{head}{sep}at the run's length, final {metric} {self.recommended_final:.4g} vs the baseline's "
+                f"{self.final_value:.4g} (mean over the runs; the length decides); {rest}")
+
+    def _line(self, metric: str) -> str:
         p = self.params
         name = f"the baseline (batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus})"
         cost = f"; the search cost {self.search_wall_s:.0f} s" if self.search_wall_s is not None else ""
@@ -238,9 +252,12 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
         no_time = (f"the recommendation, trial {recommended.trial_id}, was chosen among the short trials by --prefer "
                    f"and not confirmed at length: it has no time to the target" if best is None else
                    f"the recommendation's confirmation runs (trial {recommended.trial_id}) did not reach the target")
+    finals = [v for v in ((r.info.curve or [])[-1][2] for r in ok) if math.isfinite(v)]
+    at_length = conf.at_length and best is not None and finals
     return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
                     payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None,
-                    no_time=no_time)
+                    no_time=no_time, final_value=statistics.fmean(finals) if at_length else None,
+                    recommended_final=best.final_acc if at_length and best is not None else None)
 
 
 def _run_levels(runs: Sequence[TrialResult]) -> list[float]:
