@@ -57,6 +57,18 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
                         "space.batch_size=[16, 32]", "--set", "budget.trials=5")
     assert code == 0 and ("note: budget.trials = 5 but the space holds 2 configuration(s) (space.lr is fixed at "
                           "0.01): each is measured once") in out
+    # trials that cannot train their samples in their time limit on this CPU (the GPU config on a laptop:
+    # every trial would time out, and timeouts do not stop a search): said from a timed forward pass
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "budget.trial_timeout_s=0.01")
+    assert code == 0 and ("note: a trial may not finish on this machine's CPU" in out) is (
+        not torch.cuda.is_available())
+    assert "past budget.trial_timeout_s = 0.01; lower budget.train_samples" in out or torch.cuda.is_available()
+    # and what a search here says of this machine's resources before its first trial
+    few = torch.cuda.device_count() or os.cpu_count()
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", f"space.num_gpus=[1, {few * 2}]", "--set",
+                        "objectives=[{metric: samples_per_s}, {metric: device_util}, {metric: val_acc}]")
+    assert code == 0 and f"note: space.num_gpus: [{few * 2}] dropped" in out
+    assert ("note: objectives: device_util on a CPU measures the machine" in out) is (not torch.cuda.is_available())
 
 
 @pytest.mark.parametrize(("argv", "words"), [

@@ -91,11 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from tune_batch.config import load_config
     from tune_batch.config.advice import config_notes
-    from tune_batch.pipeline.search import preflight
+    from tune_batch.pipeline.preflight import local_notes, preflight
 
     cfg = load_config(args.config, args.overrides)
     warned: list[str] = []
     preflight(cfg, warn=warned.append)  # the checks a search makes before it writes anything: model, data, batches
+    warned += local_notes(cfg)  # and what a search here would say of this machine's resources
     print(f"{args.config}: valid ({cfg.name}: {len(cfg.space.batch_choices())} batch sizes x lr "
           f"[{cfg.space.lr.low:g}, {cfg.space.lr.high:g}] x num_gpus {cfg.space.num_gpus}; "
           f"{cfg.budget.trials} trials of {cfg.budget.train_samples} samples; "

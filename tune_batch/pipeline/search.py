@@ -30,8 +30,8 @@ from tune_batch.decide.recommend import decide
 from tune_batch.errors import ConfigError, NothingRecorded, SearchInterrupted, TrialConfigError, UserError
 from tune_batch.output.files import write_files
 from tune_batch.output.text import render_summary
-from tune_batch.output.tracking import check_trackers
 from tune_batch.pipeline import stages
+from tune_batch.pipeline.preflight import preflight
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
 from tune_batch.pipeline.stages import Backend, run_stages
 from tune_batch.store.records import TrialResult, budget_used, config_mistake, failing_alike
@@ -56,71 +56,6 @@ class SearchResult:
 
 def default_output(config: Config) -> Path:
     return Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def preflight(config: Config, batch_size: int | None = None, *, address: str | None = None,
-              warn: Callable[[str], None] | None = None) -> str:
-    """Build the data sets and the model once, so user mistakes (unknown model, missing files,
-    offline weights, bad ``pkg.module:function``) fail before anything is written or run.
-    Returns a one-line description of the workload. Where the trials run elsewhere than this
-    machine's CPU (its GPUs, or a cluster at ``address`` / search.address), a model that fails on
-    the CPU is ``warn``-ed about instead: it may need the GPU (a CUDA-only kernel)."""
-    from tune_batch.workload import build_datasets, build_model
-
-    check_trackers(config.search.log_to)
-    if config.train.loop != "tune_batch":  # the user's trainer: its builder's pieces are checked instead
-        from tune_batch.trial.trainers import preflight_trainer
-
-        return preflight_trainer(config, batch_size)
-    ds = build_datasets(config.data, num_classes=config.model.num_classes, seed=config.search.seed)
-    model = build_model(config.model)
-    n_params = sum(p.numel() for p in model.parameters())
-    smallest = batch_size or min(config.space.batch_choices())
-    if len(ds.train) < smallest:  # type: ignore[arg-type]
-        raise ConfigError(f"batch size {smallest} is larger than the training set "
-                          f"({len(ds.train)} samples)")  # type: ignore[arg-type]
-    if config.budget.train_samples < 2 * smallest:
-        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
-                          f"batch_size ({2 * smallest})")
-    import torch
-
-    elsewhere = ("the cluster at search.address" if address or config.search.address else
-                 "this machine's GPUs" if torch.cuda.is_available() else None)
-    if elsewhere is None and config.train.precision in ("bf16", "fp16") and warn is not None:
-        warn(f"train.precision = {config.train.precision} on this machine's CPU: its autocast is slow there (the "
-             f"quickstart read 383 samples/s against 2500 in fp32), and the trials measure that")
-    try:
-        _check_first_loss(config, ds.train, ds.val, model, smallest)
-    except ConfigError as e:
-        if elsewhere is None or isinstance(e.__cause__, TrialConfigError):
-            raise
-        if warn is not None:
-            warn(f"{e} (on this machine's CPU; the trials run on {elsewhere}, where it may work: not refused)")
-    goal = config.goal
-    if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
-        from tune_batch.config.schema import short_goal
-        from tune_batch.trial.curve import confirm_samples
-
-        samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
-        if samples < config.budget.train_samples:
-            raise ConfigError(short_goal(f"goal.epochs = {goal.epochs} ({samples} samples)", samples,
-                                         config.budget.train_samples))
-    return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
-
-
-def _check_first_loss(config: Config, train: Any, val: Any, model: Any, smallest: int) -> None:
-    """ConfigError, in one line, where the model cannot take 2 of the training samples (each
-    trial would fail the same way after Ray and a trial process started)."""
-    from tune_batch.trial.loop import first_loss
-
-    try:
-        first_loss(config, train, val, model, smallest)
-    except TrialConfigError as e:  # a mistake said in full already (an objective the evaluation lacks)
-        raise ConfigError(str(e)) from e
-    except Exception as e:  # the user's model, data or step: whatever it raises is the message
-        what = (str(e).strip().splitlines() or [""])[0][:300]
-        raise ConfigError(f"the model cannot take a batch of the data ({type(e).__name__}: {what}); "
-                          f"check model, data (its size: data.resize), train.step and train.evaluate") from e
 
 
 def check_address(address: str | None, timeout_s: float = 5.0) -> None:

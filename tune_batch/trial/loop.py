@@ -134,6 +134,14 @@ def batch_loss(recipe: Recipe, model: nn.Module, batch: Any, device: torch.devic
     return loss_fn(model(x), y.to(device, non_blocking=True))
 
 
+def forward_pass(config: Config, train: Any, model: nn.Module, samples: int) -> None:
+    """The loss of the first ``samples`` training samples on the CPU without gradients, as a trial
+    computes it (preflight times it: a floor on a trial's training time)."""
+    with torch.no_grad():
+        batch_loss(Recipe.of(config), model, next(iter(loader(train, samples, shuffle=False))), torch.device("cpu"),
+                   nn.CrossEntropyLoss())
+
+
 def first_loss(config: Config, train: Any, val: Any, model: nn.Module, smallest: int = 2) -> float:
     """The loss of the first 2 training samples through ``model`` on the CPU, without gradients,
     as a trial computes it, and the evaluation of 2 validation samples: a model that cannot take
