@@ -95,6 +95,20 @@ def test_the_shipped_trainer_configs_load() -> None:
         assert load_config(REPO / "configs" / f"{name}.yaml").train.loop == loop
 
 
+def test_a_probe_in_a_trainers_loop_reports_what_it_measured(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`probe` on the shipped Keras config ended in a traceback: its loop counts no FLOPs (mfu None)."""
+    need("keras")
+    from tune_batch.cli import main
+
+    code = main(["probe", str(REPO / "configs/keras_dense.yaml"), "--batch-size", "64", "--lr", "0.05", "--set",
+                 "budget.train_samples=512", "--output", str(tmp_path / "p")])
+    out = capsys.readouterr().out
+    assert code == 0 and "trial probe: ok" in out, out
+    assert "mfu               not measured" in out and "not measured: train.loop = keras" in out
+    assert "val_acc" in out and "samples_per_s" in out
+
+
 def test_preflight_refuses_what_a_trainer_loop_cannot_do_yet() -> None:
     need("lightning")
     from tune_batch.pipeline.search import preflight

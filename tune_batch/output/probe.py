@@ -91,13 +91,15 @@ def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:
         *([f"  sm_active         {info.sm_active:.3f}   (share of SMs busy over the window, NVML GPM; "
            f"tensor pipes busy {info.tensor_active if info.tensor_active is not None else nan:.3f})"]
           if info.sm_active is not None else []),
+        # a trainer's loop counts no FLOPs: not measured, and the warning below says why
         f"  mfu               {m.mfu:.3f}   ({(m.model_flops_per_s or nan) / 1e9:.1f} GFLOP/s of "
         f"{(info.model_flops_per_sample or nan) / 1e9:.4f} GFLOP/sample; "
-        f"peak {(info.peak_flops_per_s or nan) / 1e9:.1f} GFLOP/s, {info.peak_source})",
+        f"peak {(info.peak_flops_per_s or nan) / 1e9:.1f} GFLOP/s, {info.peak_source})" if m.mfu is not None else
+        "  mfu               not measured",
         f"  peak_mem_bytes    {(m.peak_mem_bytes or nan) / 2**20:.1f} MiB ({info.peak_mem_method or ''})",
         *([f"  peak_mem_worst    {m.peak_mem_worst_bytes / 2**20:.1f} MiB (worst case: {info.peak_mem_worst_method})"]
           if m.peak_mem_worst_bytes is not None else []),
-        f"  data_wait_frac    {m.data_wait_frac:.3f}",
+        f"  data_wait_frac    {m.data_wait_frac if m.data_wait_frac is not None else nan:.3f}",
         # the built-in accuracy, or what train.evaluate returned (a val_loss config printed "val_acc nan")
         *([f"  val_acc           {m.val_acc if m.val_acc is not None else nan:.4f}"]
           if m.val_acc is not None or not _evaluated(m) else []),
