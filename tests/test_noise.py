@@ -106,6 +106,29 @@ def test_only_a_front_point_puts_another_off_the_front() -> None:
     assert noisy_non_dominated([*cycle, [-1.0, -1.0, -1.0]], tight + [[0.6] * 3], ["maximize"] * 3) == [0, 1, 2]
 
 
+def test_the_front_of_many_configs_compares_them_in_blocks_as_pair_by_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pair at once, in blocks of rows (a 1000-trial search's progress lines cost seconds
+    each pair by pair): the dominators are those ``better_beyond`` reads pair by pair, blocks of one
+    row or of all of them alike; non-finite points and unknown half-widths as before."""
+    import random
+
+    from tune_batch.analysis import pareto
+
+    rng = random.Random(0)
+    for _ in range(40):
+        n, k = rng.randint(1, 30), rng.choice([1, 2, 3])
+        d = [rng.choice(["maximize", "minimize"]) for _ in range(k)]
+        vals = [[float("nan") if rng.random() < 0.05 else round(rng.gauss(0, 1), 1) for _ in range(k)]
+                for _ in range(n)]
+        cis = [[rng.choice([None, 0.0, abs(rng.gauss(0, 0.8))]) for _ in range(k)] for _ in range(n)]
+        finite = [i for i, v in enumerate(vals) if all(x == x for x in v)]
+        pairwise = {i: [j for j in finite if j != i and pareto.better_beyond(vals[j], vals[i], cis[j], cis[i], d)
+                        and not pareto.better_beyond(vals[i], vals[j], cis[i], cis[j], d)] for i in finite}
+        for cells in (1, 7, pareto.PAIR_CELLS):
+            monkeypatch.setattr(pareto, "PAIR_CELLS", cells)
+            assert pareto._dominators(finite, vals, cis, d) == pairwise
+
+
 def test_repeats_give_means_half_widths_and_the_noise(tmp_path: Path) -> None:
     cfg = _cfg()
     recs = [_rec(0, 1000, 0.95), _rec(1, 1500, 0.60, b=64), _rec(2, 1020, 0.50),

@@ -179,6 +179,36 @@ def test_progress_counts_a_config_and_its_repeats_once_on_the_front() -> None:
     assert [line.split(" | ")[-2] for line in out.getvalue().splitlines()] == ["front 1"] * 3
 
 
+def test_progress_lines_of_a_large_search_reuse_a_costly_front_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Computed for every line, the front of thousands of configs costs seconds each: where it took
+    longer than FRONT_FREE_S, the lines within FRONT_EVERY times that cost show the last one, as of then."""
+    import io
+    import time
+    import types
+
+    from tune_batch.backends import progress as progress_mod
+
+    calls = []
+
+    def slow_report(config, records):  # what a front of thousands of configs costs
+        calls.append(len(records))
+        time.sleep(progress_mod.FRONT_FREE_S * 1.5)
+        return types.SimpleNamespace(front=[0] * len(records))
+
+    monkeypatch.setattr(progress_mod, "build_report", slow_report)
+    cfg = tiny_config()
+    out = io.StringIO()
+    progress = progress_mod.Progress(cfg, 4, stream=out)
+    p = Params.of({"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    for i in range(4):
+        progress.finished(TrialResult(i, p, Status.OK, metrics=_metrics(0)))
+    fronts = [line.split(" | ")[-2] for line in out.getvalue().splitlines()]
+    assert calls == [1] and fronts == ["front 1"] + ["front 1 (as of [1])"] * 3
+    monkeypatch.setattr(progress_mod, "FRONT_EVERY", 0)  # its time has passed: computed again
+    progress.finished(TrialResult(4, p, Status.OK, metrics=_metrics(0)))
+    assert calls == [1, 5] and out.getvalue().splitlines()[-1].split(" | ")[-2] == "front 5"
+
+
 def test_progress_counts_the_front_the_summary_shows() -> None:
     """The progress lines counted the front of single readings ("front 1" through a quickstart
     search) while its summary showed 9 configurations, their runs pooled and the noise respected."""

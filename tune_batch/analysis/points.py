@@ -203,12 +203,21 @@ def points(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
     over its own runs."""
     out = []
     steps = step_groups(groups)
+    # a step's runs and their values, read once per step and not once per config of it: the configs of
+    # one batch size share a step, and a progress line per trial made that quadratic (1000 trials: 8 s)
+    by_steps: dict[tuple, tuple[list[TrialResult], dict[str, list[float]]]] = {}
     for runs in groups.values():
         mean, ci = {}, {}
         # every run of the steps this config's runs made (one step unless its runs ran on different devices)
-        same_step = list({id(x): x for r in runs for x in steps[step_key(r)]}.values())
+        keys = tuple(dict.fromkeys(step_key(r) for r in runs))
+        if keys not in by_steps:
+            by_steps[keys] = (list({id(x): x for k in keys for x in steps[k]}.values()), {})
+        same_step, step_values = by_steps[keys]
         for m in {*metrics, "samples_per_s", "val_acc", "device_util", "peak_mem_bytes"}:
-            vals = _values(same_step if m in STEP_WORK else runs, m)
+            if m in STEP_WORK:
+                vals = step_values[m] if m in step_values else step_values.setdefault(m, _values(same_step, m))
+            else:
+                vals = _values(runs, m)
             if not vals:
                 continue
             mean[m] = statistics.fmean(vals)

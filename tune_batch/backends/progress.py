@@ -11,6 +11,11 @@ from tune_batch.backends.signals import config_fault
 from tune_batch.config import Config
 from tune_batch.store.records import Status, TrialResult, config_mistake, failing_alike
 
+#: The front is recomputed for a progress line once this many times its last cost has passed
+FRONT_EVERY = 20
+#: ... where it took longer than this (a few hundred configs; below, every line computes it)
+FRONT_FREE_S = 0.1
+
 
 def _clock(seconds: float) -> str:
     s = int(max(0, seconds))
@@ -30,6 +35,8 @@ class Progress:
         self._start = time.monotonic()
         self._done_here = 0
         self.running = 0
+        # the front's size as last computed: (size, trials done then, when, what it cost)
+        self._front: tuple[int | str, int, float, float] | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # Ray pickles callbacks: a stream cannot travel
         state = dict(self.__dict__)
@@ -59,6 +66,21 @@ class Progress:
         self.total += n
         self.say(f"confirming front candidates at a longer budget: {n} run(s), validated along the way")
 
+    def _front_size(self, done: int) -> str:
+        """The front's size now, or where computing it took over FRONT_FREE_S and more than a
+        FRONT_EVERY-th of the time since (thousands of trials: seconds each), then's, marked as of then."""
+        now = time.monotonic()
+        if (self._front is not None and self._front[3] > FRONT_FREE_S
+                and now - self._front[2] < FRONT_EVERY * self._front[3]):
+            size, then, _, _ = self._front
+            return f"{size} (as of [{then}])"
+        try:
+            size: int | str = len(build_report(self.config, self.records).front)
+        except Exception:  # noqa: BLE001 - a progress line never ends a search; the summary says the rest
+            size = "?"
+        self._front = (size, done, now, time.monotonic() - now)
+        return str(size)
+
     def started(self) -> None:
         self.running += 1
 
@@ -75,10 +97,7 @@ class Progress:
         counts = {s: sum(1 for r in self.records if r.status is s) for s in Status if s is not Status.OK}
         # the front the summary will show, as it stands (configs, their runs pooled, the noise
         # respected): the single readings' front read "front 1" beside a summary of 9 configurations
-        try:
-            size: int | str = len(build_report(self.config, self.records).front)
-        except Exception:  # noqa: BLE001 - a progress line never ends a search; the summary says the rest
-            size = "?"
+        size = self._front_size(done)
         elapsed = time.monotonic() - self._start
         left = (elapsed / self._done_here) * max(0, self.total - done)
         p = rec.params

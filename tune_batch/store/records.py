@@ -10,6 +10,7 @@ and newer files load and write back unchanged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
@@ -58,6 +59,12 @@ class Params:
         return {"batch_size": self.batch_size, "lr": self.lr, "num_gpus": self.num_gpus, **self.extra}
 
 
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    """A record class's field names (``dataclasses.fields`` is slow, and ``get`` runs per value read)."""
+    return frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+
+
 class _Flat:
     """A frozen dataclass of optional fields written as one flat JSON object (None left out),
     with the keys it does not know kept in ``other``."""
@@ -76,7 +83,7 @@ class _Flat:
 
     def get(self, name: str) -> Any:
         """A field by name (objectives and report columns are chosen by name in the config)."""
-        if name != "other" and name in {f.name for f in fields(self)}:  # type: ignore[arg-type]
+        if name != "other" and name in _field_names(type(self)):
             return getattr(self, name)
         return self.other.get(name)
 
