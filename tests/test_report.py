@@ -23,7 +23,7 @@ from tune_batch.config import load_config
 from tune_batch.errors import UserError
 from tune_batch.output.files import write_files
 from tune_batch.output.html import figure_data
-from tune_batch.store.records import TrialResult
+from tune_batch.store.records import Params, TrialResult
 
 
 @settings(max_examples=80, deadline=None)
@@ -231,6 +231,14 @@ def test_the_confirmation_curves_of_a_loss_start_at_the_untrained_value() -> Non
     assert fig.layout.yaxis.title.text == "val_loss"
     assert sorted(trace.y[0] for trace in fig.data) == [4.16, 4.2]  # the untrained model, not 0
     assert [trace.x[0] for trace in fig.data] == [0.0, 0.0]
+    # the baseline's runs beside them (the summary compares it, the chart left it out)
+    base = rec("baseline-c0", 32, 1.7, confirm_of="baseline", curve=[[*c[:2], c[2] + 0.3, 1.0] for c in curve],
+               start_value=4.1)
+    base = base.replace(params=Params(32, 3e-4, 1))  # the config's baseline
+    with_base = _curves(decide(cfg, [*recs, base]))
+    (line,) = [t for t in with_base.data if t.name.startswith("baseline")]
+    assert line.name == "baseline: batch_size 32, lr 0.0003" and list(line.y) == pytest.approx([4.1, 2.8, 2.2, 1.8, 1.7])
+    assert line.line.dash == "dash" and len(with_base.data) == 3
     from tune_batch.output.views import heat_figure
 
     heat = heat_figure(report)  # was None: it knew val_acc only

@@ -124,16 +124,23 @@ def _parallel(report: Report, data: dict[str, Any]) -> Any:
 
 
 def _curves(report: Report) -> Any:
-    """The confirmation runs' validation curves, training seconds on x, the target as a line."""
+    """The confirmation runs' validation curves (the baseline's too), training seconds on x, the target as a line."""
     conf = report.confirmation
     if conf is None or not conf.candidates:
         return None
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for c in conf.candidates:
-        p = c.trial.params
-        for k, run in enumerate(c.runs):
+    # the candidates', then the baseline's (dashed, grey): the config the user runs today beside them
+    groups = [(str(c.trial.trial_id), f"trial {c.trial.trial_id}: batch_size {c.trial.params.batch_size}, lr "
+               f"{c.trial.params.lr:.3g} (#{c.long_rank})", c.runs, {}) for c in conf.candidates]
+    b = report.baseline
+    runs = [r for r in b.runs if r.info.curve] if b is not None else []
+    if b is not None and runs:
+        groups.append(("baseline", f"baseline: batch_size {b.params.batch_size}, lr {b.params.lr:.3g}", runs,
+                       {"line": {"dash": "dash", "color": "grey"}, "marker": {"color": "grey"}}))
+    for group, name, runs, style in groups:
+        for k, run in enumerate(runs):
             curve = run.info.curve or []
             # the untrained model's value where the run recorded it; chance for val_acc otherwise (a
             # loss curve drawn from 0 at the start read as if it had got worse with training)
@@ -143,8 +150,7 @@ def _curves(report: Report) -> Any:
             head = [] if start is None else [(0.0, start)]
             fig.add_trace(go.Scatter(
                 x=[h[0] for h in head] + [row[1] for row in curve], y=[h[1] for h in head] + [row[2] for row in curve],
-                mode="lines+markers", legendgroup=str(c.trial.trial_id), showlegend=k == 0,
-                name=f"trial {c.trial.trial_id}: batch_size {p.batch_size}, lr {p.lr:.3g} (#{c.long_rank})",
+                mode="lines+markers", legendgroup=group, showlegend=k == 0, name=name, **style,
                 hovertext=[f"untrained: {conf.metric} {h[1]:.4g}" for h in head]
                 + [f"{row[0]:.0f} samples, {row[1]:.2f} s: {conf.metric} {row[2]:.4g}" for row in curve]))
     if conf.target is not None:
