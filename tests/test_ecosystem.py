@@ -19,7 +19,8 @@ from tune_batch.pipeline.search import search
 from tune_batch.store.records import Metrics, Status, TrialResult
 
 
-def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_path: Path) -> None:
+def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tiny_config(search={"backend": "optuna", "log_to": ["mlflow"]}, budget={"trials": 3},
                       objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}], repeats={"seeds": 1,
                                                                                                 "candidates": 1})
@@ -72,6 +73,16 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     # the same run directory again (resume: nothing left to run): nothing is logged twice
     search(cfg, tmp_path / "run", quiet=True)
     assert len(runs()) == 1 + len(lines)
+    # a tracking server named as every MLflow tool reads it, MLFLOW_TRACKING_URI: the records go there
+    # (they went to the run directory's store, and the server saw nothing)
+    from tune_batch.output.tracking import log_to_mlflow
+
+    server = f"sqlite:///{(tmp_path / 'server.db').resolve()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    uri, _, sent = log_to_mlflow(res.report, tmp_path / "run")
+    assert uri == server and sent == len(lines) and len(runs()) == 1 + len(lines)
+    theirs = MlflowClient(server)
+    assert len(theirs.search_runs([theirs.get_experiment_by_name(cfg.name).experiment_id])) == 1 + len(lines)
 
 
 def test_optunas_own_pareto_plot_names_objectives_and_sets_infeasible_trials_apart(tmp_path: Path) -> None:

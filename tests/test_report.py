@@ -237,7 +237,8 @@ def test_the_confirmation_curves_of_a_loss_start_at_the_untrained_value() -> Non
     base = base.replace(params=Params(32, 3e-4, 1))  # the config's baseline
     with_base = _curves(decide(cfg, [*recs, base]))
     (line,) = [t for t in with_base.data if t.name.startswith("baseline")]
-    assert line.name == "baseline: batch_size 32, lr 0.0003" and list(line.y) == pytest.approx([4.1, 2.8, 2.2, 1.8, 1.7])
+    assert line.name == "baseline: batch_size 32, lr 0.0003"
+    assert list(line.y) == pytest.approx([4.1, 2.8, 2.2, 1.8, 1.7])
     assert line.line.dash == "dash" and len(with_base.data) == 3
     from tune_batch.output.views import heat_figure
 

@@ -185,7 +185,8 @@ class SearchConfig(_Section):
     log_to: list[Literal["mlflow"]] = Field(default_factory=list)
     """Experiment trackers the search's records, front and recommendation are sent to."""
     tracking_uri: str | None = None
-    """MLflow tracking URI (default: sqlite:///RUN_DIR/mlflow.db, a local store in the run directory)."""
+    """MLflow tracking URI (default: the MLFLOW_TRACKING_URI environment variable where set, else
+    sqlite:///RUN_DIR/mlflow.db, a local store in the run directory)."""
 
 
 class RepeatsConfig(_Section):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,15 @@ def _numeric(d: dict[str, Any]) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
 
 
+def tracking_uri(uri: str | None, run_dir: Path) -> str:
+    """Where the records go: ``search.tracking_uri``, else ``MLFLOW_TRACKING_URI`` (the user's
+    tracking server, as every MLflow tool reads it), else the run directory's SQLite store."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or default_uri(run_dir)
+
+
 def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[str, str, int]:
-    """Send the report's records to MLflow at ``uri`` (default: the run directory's SQLite
-    store). Returns (the tracking URI used, the search's MLflow run id, records newly sent)."""
+    """Send the report's records to MLflow at ``uri`` (default: ``tracking_uri``'s). Returns (the
+    tracking URI used, the search's MLflow run id, records newly sent)."""
     import logging
 
     from mlflow import MlflowClient
@@ -58,12 +65,12 @@ def log_to_mlflow(report: Any, run_dir: Path, uri: str | None = None) -> tuple[s
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating initial MLflow database tables..."
     run_dir = Path(run_dir).resolve()
-    used = uri or default_uri(run_dir)
+    used = tracking_uri(uri, run_dir)
     client = MlflowClient(used)
     name = report.config.name
     exp = client.get_experiment_by_name(name)
     exp_id = exp.experiment_id if exp else client.create_experiment(
-        name, artifact_location=(run_dir / "mlflow-artifacts").as_uri() if uri is None else None)
+        name, artifact_location=(run_dir / "mlflow-artifacts").as_uri() if used == default_uri(run_dir) else None)
     found = client.search_runs([exp_id], filter_string=f"tags.`{_RUN_DIR_TAG}` = '{run_dir}'")
     parent = next((r for r in found if "mlflow.parentRunId" not in r.data.tags), None)
     if parent is None:

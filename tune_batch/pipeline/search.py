@@ -248,12 +248,12 @@ def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress:
     fails costs one warning line: the run directory already holds everything."""
     if "mlflow" not in config.search.log_to or not run_dir.has_records():
         return
-    from tune_batch.output.tracking import log_to_mlflow
+    from tune_batch.output.tracking import log_to_mlflow, tracking_uri
 
     try:
         uri, run_id, new = log_to_mlflow(report, run_dir.path, config.search.tracking_uri)
     except Exception as e:  # the tracker's server, store or package: never the search's results
-        where = config.search.tracking_uri or "the run directory's mlflow.db"
+        where = tracking_uri(config.search.tracking_uri, run_dir.path)
         progress.warn(f"mlflow: could not log to {where}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
         return
     progress.say(f"mlflow: {new} record(s) sent to {uri} (experiment {config.name!r}, run {run_id}); "
