@@ -382,6 +382,31 @@ def test_a_probe_on_a_worker_group_refuses_an_address_nothing_answers_at(tmp_pat
     assert not (tmp_path / "p").exists()
 
 
+def test_ray_address_in_the_environment_names_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAY_ADDRESS set (a cluster's jobs and pods have it): the search crashed in ray.init ("When
+    connecting to an existing cluster, num_cpus and num_gpus must not be provided", a traceback).
+    It names the cluster, as ray.init() reads it: checked, and refused in one line where nothing answers."""
+    import socket
+
+    from tests.conftest import tiny_config
+    from tune_batch.pipeline.search import ray_address
+
+    with socket.socket() as s:  # a port bound and closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    for argv in (["search", QUICK], ["probe", QUICK, "--batch-size", "32", "--lr", "0.05", "--num-gpus", "2"]):
+        code = main([*argv, "--output", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2 and f"RAY_ADDRESS '127.0.0.1:{port}': nothing answers at 127.0.0.1:{port}" in err, err
+        assert "unset RAY_ADDRESS for a local instance" in err and not (tmp_path / "out").exists()
+    # --address and search.address come first; the in-process backend runs no Ray
+    assert ray_address(tiny_config(), "10.0.0.1:6379") == "10.0.0.1:6379"
+    assert ray_address(tiny_config(search={"address": "auto"}), None) == "auto"
+    assert ray_address(tiny_config(search={"backend": "optuna"}), None) is None
+
+
 @pytest.mark.slow
 def test_a_search_whose_stdout_reader_goes_away_finishes_and_keeps_everything(tmp_path: Path) -> None:
     """`search ... | head -1`: the next progress line raised BrokenPipeError in the middle of the

@@ -121,8 +121,8 @@ def _client_server_logs(root: str) -> str:
 @pytest.mark.serial
 def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> None:
     """README's cluster recipe as written: `ray start --head`, `ray start --address` (separate
-    processes), then `search --address HOST:PORT` (a 2-worker trial across both nodes) and
-    `search --address ray://HOST:CLIENT_PORT` (Ray Client), both from the command line."""
+    processes), then `search --address HOST:PORT` (a 2-worker trial across both nodes) and a search
+    over Ray Client (`ray://HOST:CLIENT_PORT`, given as RAY_ADDRESS), both from the command line."""
     import shutil
     import subprocess
     import sys
@@ -170,9 +170,12 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
 
         one = tmp_path / "one.yaml"
         one.write_text(yaml.safe_dump(tiny_config(budget={"trials": 1, "train_samples": 512}).to_dict()))
-        p = run(sys.executable, "-m", "tune_batch", "search", str(one), "--address", f"ray://127.0.0.1:{client}",
-                "--output", str(tmp_path / "client-run"), "--quiet")
+        # Ray Client, named as a cluster's jobs name it: RAY_ADDRESS (the search crashed in ray.init with it set)
+        p = subprocess.run([sys.executable, "-m", "tune_batch", "search", str(one), "--output",
+                            str(tmp_path / "client-run")], env={**env, "RAY_ADDRESS": f"ray://127.0.0.1:{client}"},
+                           cwd=tmp_path, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         assert p.returncode == 0, p.stderr[-3000:] + _client_server_logs(root)
+        assert f"ray: the cluster at ray://127.0.0.1:{client} (RAY_ADDRESS): " in p.stdout, p.stdout
         (rec,) = _records(tmp_path / "client-run")  # Tune's driver ran on the head node, which sees this directory
         assert rec["status"] == "ok", rec["reason"]
     finally:

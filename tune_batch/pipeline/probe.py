@@ -16,7 +16,7 @@ from pathlib import Path
 from tune_batch.config import Config
 from tune_batch.errors import UserError
 from tune_batch.pipeline.quiet import quiet_libraries
-from tune_batch.pipeline.search import check_address, local_capacity, preflight
+from tune_batch.pipeline.search import check_address, local_capacity, preflight, ray_address
 from tune_batch.store.records import Params, Status, TrialResult
 from tune_batch.store.rundir import RunDir
 
@@ -69,9 +69,10 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     if batch_size % num_gpus:
         raise UserError(f"--batch-size {batch_size} does not split evenly over --num-gpus {num_gpus} workers: give a "
                         f"multiple of {num_gpus}")
+    address = ray_address(config, None) if num_gpus > 1 else None  # search.address, or RAY_ADDRESS
     if num_gpus > 1:  # refused before the output is made
-        check_address(config.search.address)  # nothing answers: refused in 5 s (Ray itself retried for 13 min)
-        if not config.search.address:  # this machine's capacity (a cluster's is asked when the group runs)
+        check_address(address)  # nothing answers: refused in 5 s (Ray itself retried for 13 min)
+        if not address:  # this machine's capacity (a cluster's is asked when the group runs)
             capacity, what = local_capacity()
             if num_gpus > capacity:
                 raise UserError(f"--num-gpus {num_gpus}: this machine has {what}; give a count it has, or set "
@@ -86,7 +87,7 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     made_here = not out.path.exists()
     try:
         with quiet_libraries():  # as a search's trial: Ray's and torch's chatter kept off the report
-            res = _run_probe(config, out, Params(batch_size, lr, num_gpus))
+            res = _run_probe(config, out, Params(batch_size, lr, num_gpus), address)
     except (UserError, KeyboardInterrupt):  # a cluster without the workers, Ctrl-C: no directory left with only
         if made_here:  # config.yaml
             shutil.rmtree(out.path, ignore_errors=True)
@@ -95,7 +96,7 @@ def probe(config: Config, batch_size: int, lr: float, num_gpus: int = 1, output:
     return ProbeResult(res, workload, out.path, out.trials_path, found)
 
 
-def _run_probe(config: Config, out: RunDir, params: Params) -> TrialResult:
+def _run_probe(config: Config, out: RunDir, params: Params, address: str | None = None) -> TrialResult:
     """The probe's one trial in ``out`` (its config written, its record appended), under its lock."""
     from tune_batch.trial import run_trial  # loads torch: only when a probe runs
 
@@ -109,7 +110,7 @@ def _run_probe(config: Config, out: RunDir, params: Params) -> TrialResult:
         if params.num_gpus > 1:  # a worker group, as a search's data-parallel trial runs (Ray Train)
             from tune_batch.backends.ray.search import measure_group
 
-            res = measure_group(config, params, out, address=config.search.address)
+            res = measure_group(config, params, out, address=address)
         else:
             res = run_trial(config, params, trial_id="probe", run_dir=out.path)
         out.append(res)

@@ -34,7 +34,8 @@ from tune_batch.study.space import define_by_run, seed_points
 EXPERIMENT = "tune"
 
 
-def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], progress: Progress) -> None:
+def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], progress: Progress,
+              address: str | None = None) -> None:
     for n in [*plan.notes, utilization_warning(config, plan.gpus)]:
         if n:
             progress.warn(n)
@@ -42,7 +43,9 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
     counts = sorted({n for n in [*plan.gpu_choices, base] if n > 1 and plan.fits(n)})
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
                        + (" (the baseline)" if n not in plan.gpu_choices else "") for n in counts)
-    progress.say(f"ray: {cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
+    where = (" (RAY_ADDRESS)" if address == os.environ.get("RAY_ADDRESS") else "") if address else ""
+    at = f"the cluster at {address}{where}: " if address else ""
+    progress.say(f"ray: {at}{cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
                  f"{plan.request(1)}; up to {plan.concurrent} at a time"
                  + (f"; worker groups: {groups}" if groups else ""))
 
@@ -137,7 +140,7 @@ def session(config: Config, run_dir: RunDir, *, address: str | None, verbose: bo
     with ray_session(address, verbose=verbose) as cluster:
         check_client_run_dir(address, str(run_dir.path.resolve()))
         plan = plan_resources(planning, cluster, node_cpus())
-        _announce(config, plan, cluster, progress=kwargs["progress"])
+        _announce(config, plan, cluster, progress=kwargs["progress"], address=address)
         yield RayBackend(run_dir, plan, verbose=verbose, **kwargs)
 
 

@@ -136,7 +136,9 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
         temp = tempfile.mkdtemp(prefix="tb-", dir=root)
         with open(os.path.join(temp, OWNER), "w", encoding="ascii") as f:
             f.write(str(os.getpid()))
-        kwargs.update(_temp_dir=temp, num_cpus=os.cpu_count(), dashboard_host="127.0.0.1",
+        # address "local": a new instance here even where RAY_ADDRESS names a cluster (ray.init would
+        # connect there, and refuse num_cpus)
+        kwargs.update(address="local", _temp_dir=temp, num_cpus=os.cpu_count(), dashboard_host="127.0.0.1",
                       _node_ip_address="127.0.0.1")
     try:
         with _token_auth(local=not address), _loopback(local=not address):
