@@ -129,6 +129,20 @@ def test_the_front_of_many_configs_compares_them_in_blocks_as_pair_by_pair(monke
             assert pareto._dominators(finite, vals, cis, d) == pairwise
 
 
+def test_an_unmeasured_noise_says_why() -> None:
+    """A search stopped before its repeats said "(repeats.seeds = 0)" of a config whose repeats.seeds
+    was 2: the repeats had not run."""
+    short = [_rec(0, 1000, 0.95), _rec(1, 1500, 0.60, b=64)]
+
+    def how(**repeats: int) -> str:
+        cfg = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "val_acc"}], repeats=repeats)
+        return build_report(cfg, short).noise["val_acc"].how
+
+    assert how(seeds=0) == "unknown: no config was measured twice (repeats.seeds = 0)"
+    assert how(seeds=2, candidates=0).endswith("(repeats.candidates = 0)")
+    assert how(seeds=2, candidates=2).endswith("(the repeats of front candidates have not run)")
+
+
 def test_repeats_give_means_half_widths_and_the_noise(tmp_path: Path) -> None:
     cfg = _cfg()
     recs = [_rec(0, 1000, 0.95), _rec(1, 1500, 0.60, b=64), _rec(2, 1020, 0.50),

@@ -165,7 +165,10 @@ def _values(runs: Sequence[TrialResult], metric: str) -> list[float]:
     return [v for r in runs if (v := r.metrics.value(metric)) is not None and math.isfinite(v)]
 
 
-def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]) -> dict[str, NoiseLevel]:
+def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
+                 why_unmeasured: str = "repeats.seeds = 0") -> dict[str, NoiseLevel]:
+    """Each metric's run-to-run noise, pooled over the configs (or steps) measured more than once;
+    ``why_unmeasured`` says why none was where none was (no repeats, or none run yet)."""
     out = {}
     steps = step_groups(groups)
     for m in metrics:
@@ -192,7 +195,7 @@ def noise_levels(groups: dict[object, list[TrialResult]], metrics: Sequence[str]
                                 "scatter of the timed blocks inside one window (run-to-run noise is larger): "
                                 "no config was measured twice")
         else:
-            out[m] = NoiseLevel(None, rel, "unknown: no config was measured twice (repeats.seeds = 0)", share)
+            out[m] = NoiseLevel(None, rel, f"unknown: no config was measured twice ({why_unmeasured})", share)
     return out
 
 

@@ -251,7 +251,12 @@ def build_report(config: Config, records: Sequence[TrialResult], warnings: list[
     searched = [r for r in latest if r.searched]
     metrics, directions = config.metric_names, config.directions
     groups = group_runs(latest)
-    noise = noise_levels(groups, metrics)
+    # no config measured twice: no repeats asked for, or (a search stopped early) none run yet
+    rep = config.repeats
+    why = ("repeats.seeds = 0" if not rep.seeds else "repeats.candidates = 0" if not rep.candidates else
+           "the repeats of front candidates have not run" if not any(r.info.repeat_of is not None for r in latest)
+           else "none of the repeats finished ok")
+    noise = noise_levels(groups, metrics, why)
     all_pts = points(groups, metrics, noise)
     feas = [p for p in all_pts if all(m in p.mean for m in metrics)]
     vals = [[p.mean[m] for m in metrics] for p in feas]
