@@ -12,10 +12,11 @@ from tune_batch.config import Config
 from tune_batch.errors import ConfigError, TrialConfigError
 from tune_batch.output.tracking import check_trackers
 
-#: A forward pass of a few samples without gradients is cheaper per sample than training at any
-#: batch size measured here (ResNet-18: 37 ms a sample at 224 px against 93-100 ms training at
-#: batch 16-64; 7.0 against 8.0-9.7 at 64 px): samples x that time is a floor on a trial's training
-FLOOR_SAMPLES = 2
+#: The most samples the timed forward pass takes (the space's smallest batch, if fewer). Without
+#: gradients, at the smallest batch, it is cheaper per sample than training at any batch measured
+#: here: quickstart's CNN 0.17-0.19 ms a sample forward at batch 16-64 against 0.30-0.45 training at
+#: 16-256; ResNet-18 at 224 px 37 ms (batch 2) against 93-100. At batch 2 it is not (the CNN: 0.45 ms)
+FLOOR_SAMPLES = 32
 
 
 def preflight(config: Config, batch_size: int | None = None, *, address: str | None = None,
@@ -58,7 +59,7 @@ def preflight(config: Config, batch_size: int | None = None, *, address: str | N
             warn(f"{e} (on this machine's CPU; the trials run on {elsewhere}, where it may work: not refused)")
     else:
         if elsewhere is None and warn is not None:
-            _warn_slow_trials(config, ds.train, model, warn)
+            _warn_slow_trials(config, ds.train, model, min(smallest, FLOOR_SAMPLES), warn)
     goal = config.goal
     if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
         from tune_batch.config.schema import short_goal
@@ -86,26 +87,26 @@ def _check_first_loss(config: Config, train: Any, val: Any, model: Any, smallest
                           f"check model, data (its size: data.resize), train.step and train.evaluate") from e
 
 
-def _warn_slow_trials(config: Config, train: Any, model: Any, warn: Callable[[str], None]) -> None:
+def _warn_slow_trials(config: Config, train: Any, model: Any, samples: int, warn: Callable[[str], None]) -> None:
     """Warn where a trial's samples cannot train within budget.trial_timeout_s on this machine: the
-    forward pass alone of a few training samples (no gradients, the second of two passes) times
-    budget.train_samples is already past it (the GPU config on a laptop: every trial would time
-    out, hours of them, and timeouts do not stop a search as failures alike do)."""
+    forward pass alone of ``samples`` training samples (no gradients, the second of two passes) per
+    sample, times budget.train_samples, is already past it (the GPU config on a laptop: every trial
+    would time out, hours of them, and timeouts do not stop a search as failures alike do)."""
     import torch
 
     from tune_batch.trial.loop import forward_pass
 
     try:
-        forward_pass(config, train, model, FLOOR_SAMPLES)  # the first pass pays one-off costs
+        forward_pass(config, train, model, samples)  # the first pass pays one-off costs
         start = time.perf_counter()
-        forward_pass(config, train, model, FLOOR_SAMPLES)
+        forward_pass(config, train, model, samples)
     except Exception:  # noqa: BLE001 - a train.step that needs more samples (the loss check passed): no floor
         return
-    per_sample = (time.perf_counter() - start) / FLOOR_SAMPLES
+    per_sample = (time.perf_counter() - start) / samples
     floor = per_sample * config.budget.train_samples
     if floor > config.budget.trial_timeout_s:
         warn(f"a trial may not finish on this machine's CPU ({torch.get_num_threads()} threads): the forward pass "
-             f"alone takes {per_sample * 1e3:.1f} ms a sample, so budget.train_samples = "
+             f"alone takes {per_sample * 1e3:.1f} ms a sample (batch {samples}), so budget.train_samples = "
              f"{config.budget.train_samples} need at least {floor:.0f} s of training, past budget.trial_timeout_s = "
              f"{config.budget.trial_timeout_s:g}; lower budget.train_samples (or data.resize), or raise "
              f"budget.trial_timeout_s")
