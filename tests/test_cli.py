@@ -69,6 +69,8 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
                         "objectives=[{metric: samples_per_s}, {metric: device_util}, {metric: val_acc}]")
     assert code == 0 and f"note: space.num_gpus: [{few * 2}] dropped" in out
     assert ("note: objectives: device_util on a CPU measures the machine" in out) is (not torch.cuda.is_available())
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "search.backend=optuna", "--set", "space.num_gpus=[1, 2]")
+    assert code == 0 and "note: space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker" in out
 
 
 @pytest.mark.parametrize(("argv", "words"), [

@@ -114,8 +114,9 @@ def _warn_slow_trials(config: Config, train: Any, model: Any, samples: int, warn
 
 def local_notes(config: Config) -> list[str]:
     """What a search on this machine (no search.address) will say of its resources before its
-    first trial: the ``num_gpus`` choices it drops, and ``device_util`` as an objective without
-    GPUs (``validate`` shows them; the search's backend warns of them itself)."""
+    first trial: the ``num_gpus`` choices it drops (more than the machine has; above 1 in process
+    with search.backend optuna), and ``device_util`` as an objective without GPUs (``validate``
+    shows them; the search's backend warns of them itself)."""
     if config.search.address:
         return []
     import os
@@ -126,9 +127,25 @@ def local_notes(config: Config) -> list[str]:
 
     gpus = torch.cuda.device_count()
     notes = [x for x in (utilization_warning(config, gpus),) if x]
-    if config.search.backend == "ray":
+    if config.search.backend == "optuna":
+        notes += one_worker_notes(config)
+    else:
         from tune_batch.backends.ray.resources import plan_resources
 
         cpus = float(os.cpu_count() or 1)  # no choice left: refused in the search's words (UserError)
         notes += plan_resources(config, {"CPU": cpus, "GPU": float(gpus)}, node_cpus=cpus).notes
     return notes
+
+
+def one_worker_notes(config: Config) -> list[str]:
+    """What the in-process Optuna backend (one-worker trials) leaves out of ``config``: a baseline
+    on more than one worker (its runs end failed, saying why), and the num_gpus choices above 1."""
+    out = []
+    b = config.baseline
+    if b is not None and b.num_gpus > 1 and config.confirm.candidates:
+        out.append(f"baseline.num_gpus = {b.num_gpus}: search.backend 'optuna' runs one worker in this process; "
+                   f"the baseline cannot run here and is not compared; use backend 'ray' for a worker group")
+    if any(n != 1 for n in config.space.num_gpus):
+        out.append("space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
+                   "trials in this process; use backend 'ray' for data-parallel trials")
+    return out

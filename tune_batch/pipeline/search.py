@@ -31,7 +31,7 @@ from tune_batch.errors import ConfigError, NothingRecorded, SearchInterrupted, T
 from tune_batch.output.files import write_files
 from tune_batch.output.text import render_summary
 from tune_batch.pipeline import stages
-from tune_batch.pipeline.preflight import preflight
+from tune_batch.pipeline.preflight import one_worker_notes, preflight
 from tune_batch.pipeline.quiet import environment_restored, quiet_libraries
 from tune_batch.pipeline.stages import Backend, run_stages
 from tune_batch.store.records import TrialResult, budget_used, config_mistake, failing_alike
@@ -124,14 +124,10 @@ def check_device_util(config: Config, gpus: int) -> None:
 def _one_worker_only(config: Config, progress: Progress) -> Config:
     """The in-process Optuna backend runs one-worker trials: other num_gpus choices dropped (and
     a baseline on more than one worker said not to be compared; its runs end failed, saying why)."""
-    b = config.baseline
-    if b is not None and b.num_gpus > 1 and config.confirm.candidates:
-        progress.warn(f"baseline.num_gpus = {b.num_gpus}: search.backend 'optuna' runs one worker in this process; "
-                      f"the baseline cannot run here and is not compared; use backend 'ray' for a worker group")
+    for note in one_worker_notes(config):
+        progress.warn(note)
     if all(n == 1 for n in config.space.num_gpus):
         return config
-    progress.warn("space.num_gpus: choices > 1 dropped: search.backend 'optuna' runs one-worker "
-                  "trials in this process; use backend 'ray' for data-parallel trials")
     return config.model_copy(update={"space": config.space.model_copy(update={"num_gpus": [1]})})
 
 
