@@ -173,3 +173,23 @@ def test_optuna_dashboard_names_the_objectives_and_sees_the_constraints(tmp_path
     finally:
         server.kill()
         server.wait()
+
+
+def test_the_mlflow_browse_hint_is_one_shell_word_where_the_path_has_a_space(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mlflow ui --backend-store-uri sqlite:////tmp/ml run/mlflow.db`, pasted, gave mlflow two words."""
+    import io
+    import shlex
+    import types
+
+    from tune_batch.backends.progress import Progress
+    from tune_batch.output import tracking
+    from tune_batch.pipeline.search import _send_to_trackers
+
+    uri = "sqlite:////tmp/ml run/mlflow.db"
+    monkeypatch.setattr(tracking, "log_to_mlflow", lambda report, path, uri_=None: (uri, "r1", 1))
+    cfg = tiny_config(search={"log_to": ["mlflow"]})
+    out = io.StringIO()
+    run_dir = types.SimpleNamespace(has_records=lambda: True, path=Path("/tmp/ml run"))
+    _send_to_trackers(cfg, None, run_dir, Progress(cfg, 1, stream=out))  # type: ignore[arg-type]
+    hint = out.getvalue().split("to browse: ", 1)[1].strip()
+    assert shlex.split(hint) == ["mlflow", "ui", "--backend-store-uri", uri]

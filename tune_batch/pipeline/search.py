@@ -264,8 +264,10 @@ def _send_to_trackers(config: Config, report: Report, run_dir: RunDir, progress:
         where = tracking_uri(config.search.tracking_uri, run_dir.path)
         progress.warn(f"mlflow: could not log to {where}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
         return
+    import shlex
+
     progress.say(f"mlflow: {new} record(s) sent to {uri} (experiment {config.name!r}, run {run_id}); "
-                 f"to browse: mlflow ui --backend-store-uri {uri}")
+                 f"to browse: mlflow ui --backend-store-uri {shlex.quote(uri)}")  # a path with a space: one word
 
 
 def _locked_search(config: Config, run_dir: RunDir, progress: Progress, *, address: str | None,
