@@ -168,6 +168,23 @@ def test_loading_a_config_does_not_import_torch_or_ray() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert p.stdout.strip().splitlines()[-1] == "False False"
+    # validate builds the workload and reads the resource plan (its notes of dropped GPU counts) without Ray
+    code = (f"import sys; from tune_batch.cli import main; main(['validate', {QUICK!r}, '--set', "
+            f"'space.num_gpus=[1, 128]', '--set', 'space.min_batch_per_gpu=1']); print('ray' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert "note: space.num_gpus: [128] dropped" in p.stdout and p.stdout.strip().splitlines()[-1] == "False", p.stdout
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    from tune_batch import __version__
+
+    assert version("tune-batch") == __version__  # the distribution's and the package's agree
+    p = subprocess.run([sys.executable, "-m", "tune_batch", "--version"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == f"tune-batch {__version__}"
 
 
 def test_the_bad_config_corpus_through_the_command_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -34,10 +34,21 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's own __init__ sits above the CLI)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tune-batch")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = _Parser(prog="tune-batch", description="Search batch size, learning rate and GPU count together.",
                      parents=[common])
+    parser.add_argument("--version", action="version", version=f"tune-batch {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("search", help="run a search and print the Pareto front", parents=[common])

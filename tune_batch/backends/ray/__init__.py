@@ -6,7 +6,18 @@ groups) and ``search`` (the Tuner, and the session whose two verbs run trials an
 
 from __future__ import annotations
 
+from typing import Any
+
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
-from tune_batch.backends.ray.search import session
 
 __all__ = ["ResourcePlan", "plan_resources", "session"]
+
+
+def __getattr__(name: str) -> Any:
+    """``session`` imports ray (seconds): only when asked for, so that the resource plan
+    (``validate``'s notes) is read without it."""
+    if name == "session":
+        from tune_batch.backends.ray.search import session
+
+        return session
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
