@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray  # noqa: F401  (a Ray trial worker has these loaded: the heap the readings walk)
     import ray.tune  # noqa: F401
 
-    import tune_batch.backends.ray  # noqa: F401
+    import tune_batch.backends.ray.search  # noqa: F401  (as a trial worker has it loaded)
     from tune_batch.config import load_config
     from tune_batch.measure import memory
     from tune_batch.store.records import Status
