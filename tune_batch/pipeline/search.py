@@ -157,10 +157,10 @@ def _run_backend(config: Config, run_dir: RunDir, done: list[TrialResult], progr
         config = _one_worker_only(config, progress)
         open_backend = partial(local.session, run_dir, **common)
     else:
-        from tune_batch.backends import ray as ray_backend
+        from tune_batch.backends.ray.search import session as ray_session
 
         trials_left = max(0, config.budget.trials - budget_used(done))
-        open_backend = partial(ray_backend.session, config, run_dir, address=address or config.search.address,
+        open_backend = partial(ray_session, config, run_dir, address=address or config.search.address,
                                verbose=verbose, trials_left=trials_left, **common)
     with quiet_libraries(verbose):
         run_stages(config, run_dir, open_backend, progress)

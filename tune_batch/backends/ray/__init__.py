@@ -6,18 +6,9 @@ groups) and ``search`` (the Tuner, and the session whose two verbs run trials an
 
 from __future__ import annotations
 
-from typing import Any
-
 from tune_batch.backends.ray.resources import ResourcePlan, plan_resources
 
-__all__ = ["ResourcePlan", "plan_resources", "session"]
-
-
-def __getattr__(name: str) -> Any:
-    """``session`` imports ray (seconds): only when asked for, so that the resource plan
-    (``validate``'s notes) is read without it."""
-    if name == "session":
-        from tune_batch.backends.ray.search import session
-
-        return session
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the session (which imports ray, seconds) is ``tune_batch.backends.ray.search.session``: imported from
+# there by the search that runs on Ray, so that the resource plan (validate's notes) is read without Ray.
+# (Not re-exported lazily here: the package's attribute ``session`` is its ``session`` module once that loads.)
+__all__ = ["ResourcePlan", "plan_resources"]
