@@ -217,10 +217,10 @@ def points(groups: dict[object, list[TrialResult]], metrics: Sequence[str],
             by_steps[keys] = (list({id(x): x for k in keys for x in steps[k]}.values()), {})
         same_step, step_values = by_steps[keys]
         for m in {*metrics, "samples_per_s", "val_acc", "device_util", "peak_mem_bytes"}:
-            if m in STEP_WORK:
-                vals = step_values[m] if m in step_values else step_values.setdefault(m, _values(same_step, m))
-            else:
+            if m not in STEP_WORK:
                 vals = _values(runs, m)
+            elif (vals := step_values.get(m)) is None:
+                vals = step_values[m] = _values(same_step, m)
             if not vals:
                 continue
             mean[m] = statistics.fmean(vals)

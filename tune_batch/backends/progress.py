@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from tune_batch.analysis.report import build_report
 from tune_batch.backends.signals import config_fault
@@ -15,6 +15,13 @@ from tune_batch.store.records import Status, TrialResult, config_mistake, failin
 FRONT_EVERY = 20
 #: ... where it took longer than this (a few hundred configs; below, every line computes it)
 FRONT_FREE_S = 0.1
+
+
+class _Front(NamedTuple):
+    size: int | str  # "?" where it could not be computed
+    done: int  # trials done then
+    at: float  # time.monotonic() then
+    cost_s: float  # what computing it took
 
 
 def _clock(seconds: float) -> str:
@@ -35,8 +42,7 @@ class Progress:
         self._start = time.monotonic()
         self._done_here = 0
         self.running = 0
-        # the front's size as last computed: (size, trials done then, when, what it cost)
-        self._front: tuple[int | str, int, float, float] | None = None
+        self._front: _Front | None = None  # the front's size as last computed
 
     def __getstate__(self) -> dict[str, Any]:  # Ray pickles callbacks: a stream cannot travel
         state = dict(self.__dict__)
@@ -70,15 +76,14 @@ class Progress:
         """The front's size now, or where computing it took over FRONT_FREE_S and more than a
         FRONT_EVERY-th of the time since (thousands of trials: seconds each), then's, marked as of then."""
         now = time.monotonic()
-        if (self._front is not None and self._front[3] > FRONT_FREE_S
-                and now - self._front[2] < FRONT_EVERY * self._front[3]):
-            size, then, _, _ = self._front
-            return f"{size} (as of [{then}])"
+        last = self._front
+        if last is not None and last.cost_s > FRONT_FREE_S and now - last.at < FRONT_EVERY * last.cost_s:
+            return f"{last.size} (as of [{last.done}])"
         try:
             size: int | str = len(build_report(self.config, self.records).front)
         except Exception:  # noqa: BLE001 - a progress line never ends a search; the summary says the rest
             size = "?"
-        self._front = (size, done, now, time.monotonic() - now)
+        self._front = _Front(size, done, now, time.monotonic() - now)
         return str(size)
 
     def started(self) -> None:

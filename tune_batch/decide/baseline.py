@@ -253,11 +253,11 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
                    f"and not confirmed at length: it has no time to the target" if best is None else
                    f"the recommendation's confirmation runs (trial {recommended.trial_id}) did not reach the target")
     finals = [v for v in ((r.info.curve or [])[-1][2] for r in ok) if math.isfinite(v)]
-    at_length = conf.at_length and best is not None and finals
+    at_length = best if conf.at_length and finals else None  # the goal's length decides: its final values
     return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
                     payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None,
                     no_time=no_time, final_value=statistics.fmean(finals) if at_length else None,
-                    recommended_final=best.final_acc if at_length and best is not None else None)
+                    recommended_final=at_length.final_acc if at_length else None)
 
 
 def _run_levels(runs: Sequence[TrialResult]) -> list[float]:

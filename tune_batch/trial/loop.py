@@ -134,12 +134,12 @@ def batch_loss(recipe: Recipe, model: nn.Module, batch: Any, device: torch.devic
     return loss_fn(model(x), y.to(device, non_blocking=True))
 
 
-def forward_pass(config: Config, train: Any, model: nn.Module, samples: int) -> None:
+def forward_pass(config: Config, train: Any, model: nn.Module, samples: int) -> Any:
     """The loss of the first ``samples`` training samples on the CPU without gradients, as a trial
-    computes it (preflight times it: a floor on a trial's training time)."""
+    computes it (``first_loss`` checks it; preflight times it: a floor on a trial's training time)."""
     with torch.no_grad():
-        batch_loss(Recipe.of(config), model, next(iter(loader(train, samples, shuffle=False))), torch.device("cpu"),
-                   nn.CrossEntropyLoss())
+        return batch_loss(Recipe.of(config), model, next(iter(loader(train, samples, shuffle=False))),
+                          torch.device("cpu"), nn.CrossEntropyLoss())
 
 
 def first_loss(config: Config, train: Any, val: Any, model: nn.Module, smallest: int = 2) -> float:
@@ -155,15 +155,14 @@ def first_loss(config: Config, train: Any, val: Any, model: nn.Module, smallest:
     not one number."""
     recipe, cpu = Recipe.of(config), torch.device("cpu")
     model.train()
+    try:
+        loss = forward_pass(config, train, model, 2)
+    except Exception:
+        if recipe.step_fn is None or smallest <= 2:
+            raise
+        # the user's step may need more samples than 2: the fewest a trial gives it decide
+        loss = forward_pass(config, train, model, smallest)
     with torch.no_grad():
-        try:
-            loss = batch_loss(recipe, model, next(iter(loader(train, 2, shuffle=False))), cpu, nn.CrossEntropyLoss())
-        except Exception:
-            if recipe.step_fn is None or smallest <= 2:
-                raise
-            # the user's step may need more samples than 2: the fewest a trial gives it decide
-            loss = batch_loss(recipe, model, next(iter(loader(train, smallest, shuffle=False))), cpu,
-                              nn.CrossEntropyLoss())
         few = Subset(val, range(min(2, len(val))))
         if config.train.evaluate is None:
             accuracy(model, few, cpu, 2)
