@@ -95,6 +95,12 @@ BAD = [
     ({"profile": {"enabled": "yes"}}, ["profile.enabled", "'yes'", "boolean"]),
     ({"baseline": {"batch_size": 30, "lr": 0.1, "num_gpus": 4}},
      ["baseline", "batch_size 30", "num_gpus 4", "multiple of 4"]),
+    # a section given as one value or a list: its keys, and what that value most likely meant
+    ({"space": {"lr": 0.01}}, ["space.lr = 0.01", "keys low, high, log", "{low: 0.01, high: 0.01}"]),
+    ({"space": {"lr": [0.1, 0.01]}}, ["space.lr", "a range is searched, not a list", "{low: 0.01, high: 0.1}"]),
+    ({"space": {"batch_size": 64}}, ["space.batch_size = 64", "keys min, max, or a list", "[64]"]),
+    ({"optimizer": "sgd"}, ["optimizer = 'sgd'", "a section is expected", "keys name, momentum"]),
+    ({"goal": 10}, ["goal = 10", "keys train_samples, epochs, target"]),
 ]
 
 

@@ -79,6 +79,8 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
 
     server = f"sqlite:///{(tmp_path / 'server.db').resolve()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server)
+    # a store without an artifact root of its own keeps artifacts in ./mlruns (MLflow's default): here
+    monkeypatch.chdir(tmp_path)
     uri, _, sent = log_to_mlflow(res.report, tmp_path / "run")
     assert uri == server and sent == len(lines) and len(runs()) == 1 + len(lines)
     theirs = MlflowClient(server)

@@ -9,15 +9,16 @@ from typing import Any
 from pydantic import BaseModel
 
 
-def _fields_at(root: Any, loc: tuple[Any, ...]) -> list[str]:
-    """The field names allowed at a location of the model ``root`` (for 'did you mean')."""
+def _fields_at(root: Any, loc: tuple[Any, ...], models: bool = False) -> Any:
+    """The field names allowed at a location of the model ``root`` (for 'did you mean'); with
+    ``models``, the fields themselves (name -> field info)."""
     model: Any = root
     for part in loc:
         if isinstance(part, int):
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
-            return []
+            return {} if models else []
         ann = field.annotation
         candidates = [ann, *getattr(ann, "__args__", ())]
         for c in candidates:
@@ -30,8 +31,29 @@ def _fields_at(root: Any, loc: tuple[Any, ...]) -> list[str]:
                 continue
             break
         else:
-            return []
-    return list(getattr(model, "model_fields", {}))
+            return {} if models else []
+    fields = getattr(model, "model_fields", {})
+    return dict(fields) if models else list(fields)
+
+
+def _section_expected(root: Any, loc: tuple[Any, ...], value: Any) -> str:
+    """What a section's place takes, for a value that is not a mapping: its keys (and a list where
+    the field also takes one), with the mapping, or the list, that a lone number most likely meant."""
+    keys = _fields_at(root, loc)
+    parent = _fields_at(root, loc[:-1], models=True)
+    field = parent.get(loc[-1]) if isinstance(loc[-1], str) else None
+    members = getattr(getattr(field, "annotation", None), "__args__", ())
+    takes_list = any(getattr(a, "__origin__", None) is list for a in members)
+    what = f"a mapping with the keys {', '.join(keys)}" + (", or a list" if takes_list else "")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and takes_list:
+        return f"{what} (for this value alone: [{value!r}])"
+    if number and {"low", "high"} <= set(keys):
+        return f"{what} (for this value alone: {{low: {value!r}, high: {value!r}}})"
+    if isinstance(value, list) and {"low", "high"} <= set(keys) and value and all(
+            isinstance(v, (int, float)) for v in value):
+        return f"{what}: a range is searched, not a list (here {{low: {min(value)!r}, high: {max(value)!r}}})"
+    return what
 
 
 def describe(root: Any, err: dict[str, Any]) -> str:
@@ -52,6 +74,8 @@ def describe(root: Any, err: dict[str, Any]) -> str:
         msg = msg[len("Value error, "):]
     if kind == "missing":
         return f"{dotted}: required field is missing"
+    if kind == "model_type" and loc:  # a section given as a number, a string or a list
+        return f"{dotted} = {_short(value)}: a section is expected: {_section_expected(root, loc, value)}"
     if isinstance(value, dict):  # a whole-section check: its message names the values
         return f"{dotted}: {msg}" if loc else msg
     return f"{dotted} = {_short(value)}: {msg}"
