@@ -113,6 +113,11 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
      ["space.num_gpus = [4096]", "include 1"]),
     (["probe", QUICK, "--batch-size", "16", "--lr", "nan"], ["a finite lr > 0"]),
     (["probe", QUICK, "--batch-size", "5000", "--lr", "0.01"], ["batch size 5000 is larger than the training set"]),
+    # too few samples for a warm-up step and a timed one: the message shows its arithmetic (it said
+    # "the smallest batch_size (64)" of a probe at batch 32)
+    (["probe", QUICK, "--batch-size", "32", "--lr", "0.01", "--set", "budget.train_samples=8"],
+     ["budget.train_samples = 8", "2 x --batch-size 32 (2 x 32 = 64"]),
+    (["validate", QUICK, "--set", "budget.train_samples=8"], ["2 x the smallest batch_size (2 x 16 = 32"]),
 ])
 def test_user_mistakes_are_one_line_exit_2_nothing_written(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                            argv: list[str], words: list[str]) -> None:

@@ -6,6 +6,17 @@ from __future__ import annotations
 from tune_batch.config.schema import Config
 
 
+def too_few_samples(config: Config, batch_size: int | None = None) -> str | None:
+    """Why ``budget.train_samples`` cannot time a trial at ``batch_size`` (default: the space's
+    smallest; it needs two steps, one warm-up and one timed), or None."""
+    smallest = batch_size or min(config.space.batch_choices())
+    if config.budget.train_samples >= 2 * smallest:
+        return None
+    of = f"--batch-size {batch_size}" if batch_size else "the smallest batch_size"
+    return (f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x {of} "
+            f"(2 x {smallest} = {2 * smallest}: one warm-up step and one timed)")
+
+
 def baseline_unused(config: Config) -> str | None:
     """Why the config's baseline will not be compared (confirmation is off), or None."""
     if config.baseline is None or (config.confirm.candidates > 0 and config.confirm_metric is not None):

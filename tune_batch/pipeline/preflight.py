@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tune_batch.config import Config
+from tune_batch.config.advice import too_few_samples
 from tune_batch.errors import ConfigError, TrialConfigError
 from tune_batch.output.tracking import check_trackers
 
@@ -40,9 +41,9 @@ def preflight(config: Config, batch_size: int | None = None, *, address: str | N
     if len(ds.train) < smallest:  # type: ignore[arg-type]
         raise ConfigError(f"batch size {smallest} is larger than the training set "
                           f"({len(ds.train)} samples)")  # type: ignore[arg-type]
-    if config.budget.train_samples < 2 * smallest:
-        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
-                          f"batch_size ({2 * smallest})")
+    few = too_few_samples(config, batch_size)
+    if few:
+        raise ConfigError(few)
     import torch
 
     elsewhere = ("the cluster at search.address" if address or config.search.address else

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from tune_batch.config import Config
+from tune_batch.config.advice import too_few_samples
 from tune_batch.errors import ConfigError, TrialConfigError, WorkloadError
 from tune_batch.store.records import Params, TrialResult
 from tune_batch.trial.evaluate import not_given
@@ -75,10 +76,9 @@ def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
     if config.confirm.candidates and config.confirm_metric is None:
         raise ConfigError(f"confirm.candidates = {config.confirm.candidates}: no objective to read time to target on; "
                           f"add val_acc or a metric the trainer's evaluation logs to objectives")
-    smallest = batch_size or min(config.space.batch_choices())
-    if config.budget.train_samples < 2 * smallest:
-        raise ConfigError(f"budget.train_samples = {config.budget.train_samples}: must be at least 2 x the smallest "
-                          f"batch_size ({2 * smallest})")
+    few = too_few_samples(config, batch_size)
+    if few:
+        raise ConfigError(few)
     from tune_batch.trial.trainers.common import quiet
 
     module = loop_module(loop)
