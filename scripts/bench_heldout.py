@@ -100,6 +100,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # a ninth, a convolutional denoising autoencoder on val_mse (committed 2026-12-05 before it was
     # measured and before the loss target from the untrained model was in the product: it judges that)
     "denoise_conv": {"config": HELDOUT / "denoise_conv.yaml", "length": 65536, "held_out": True},
+    # a tenth, a bag of tokens with Adagrad (committed 2026-12-06 before it was measured and after the
+    # confirmation's candidates became the near-top configs spread over their learning rates: it judges that)
+    "bag_adagrad": {"config": HELDOUT / "bag_adagrad.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},

@@ -1,5 +1,5 @@
-"""A seeded token-sequence classification set and a recurrent classifier for it: the held-out
-recurrent workload (``benchmarks/heldout/gru_majority.yaml``), offline.
+"""A seeded token-sequence classification set, and a recurrent and a bag-of-tokens classifier for
+it: the held-out workloads ``benchmarks/heldout/gru_majority.yaml`` and ``bag_adagrad.yaml``, offline.
 
 Each sequence is ``length`` tokens. Its label is one of ``classes`` signal tokens; every position
 holds that token with probability ``signal``, otherwise a token drawn uniformly from the whole
@@ -53,3 +53,21 @@ class GRUClassifier(nn.Module):
 def model(num_classes: int = 4, vocab: int = 32, embed: int = 32, hidden: int = 64) -> nn.Module:
     """The model builder (``model.name: tune_batch.workload.sequences:model``)."""
     return GRUClassifier(num_classes, vocab, embed, hidden)
+
+
+class BagClassifier(nn.Module):
+    """A bag of tokens: the mean of the sequence's token embeddings (order ignored), one hidden
+    layer, and a linear head."""
+
+    def __init__(self, num_classes: int, vocab: int, embed: int, hidden: int) -> None:
+        super().__init__()
+        self.bag = nn.EmbeddingBag(vocab, embed, mode="mean")
+        self.mlp = nn.Sequential(nn.ReLU(), nn.Linear(embed, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.mlp(self.bag(tokens))
+
+
+def bag_model(num_classes: int = 4, vocab: int = 32, embed: int = 64, hidden: int = 64) -> nn.Module:
+    """The bag-of-tokens builder (``model.name: tune_batch.workload.sequences:bag_model``)."""
+    return BagClassifier(num_classes, vocab, embed, hidden)
