@@ -55,6 +55,14 @@ Run with ``--candidates 2`` (the shipped ``confirm.candidates``), by the criteri
   time per sample;
 - ``top_two``: the most accurate, then the next most accurate.
 
+After the third round, ``spread_top90`` became the default (the one rule meeting the criterion below)
+and was judged on the new held-out workload ``bag_adagrad``: real searches median 1.400, worst 1.745,
+and on this replay of its grid, read after, median 3.019 against ``current``'s 1.551. Decision rule,
+written 2026-12-06 before the nine earlier held-out grids were replayed with any candidate rule
+(none was chosen on them): ``spread_top90`` stays the default only if, over the ten held-out grids
+(``--candidates 2``), its median regret is no worse than ``current``'s by more than the range of
+``current``'s per-held-back-seed medians on at least six; otherwise ``current`` is the default again.
+
 Criterion, stated before reading: a rule replaces ``current`` if on no development workload its
 p90 regret or its miss share is worse than ``current``'s by more than the spread between held-back
 seeds (the range of the per-seed figures), and it is better on at least one workload by more than
