@@ -133,31 +133,6 @@ def test_confirmation_trains_the_accurate_configs_fastest_first_not_the_fastest_
     assert confirm_candidates(report, 0) == []
 
 
-def test_the_confirmed_configs_are_spread_over_the_learning_rates_near_the_top() -> None:
-    """``confirm.candidates`` configs within 0.90 of the most accurate, the lowest and the highest
-    learning rate among them first; the most accurate (1, recommended at the short budget) is not
-    among them for that, and a config below 0.90 of the top (2) is not for its low rate."""
-    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2})
-    short = [_rec(0, 1000, 0.93, b=64, lr=0.002), _rec(1, 500, 0.96, b=16, lr=0.01),
-             _rec(2, 3000, 0.60, b=256, lr=0.0005), _rec(3, 800, 0.90, b=32, lr=0.05),
-             _rec(5, 2200, 0.95, b=32, lr=0.08), _rec(6, 700, 0.80, b=16, lr=0.3)]
-    report = decide(cfg, short)
-    assert report.recommended.trial_id == 1
-    assert [r.trial_id for r in confirm_candidates(report)] == [0, 5]  # lowest and highest lr within 0.864
-    # then the order the second look takes: the recommended one (the most accurate), the near-top ones
-    assert [r.trial_id for r in confirm_candidates(report, 4)][:3] == [0, 5, 1]
-    three = tiny_config(objectives=OBJ, confirm={"candidates": 3})
-    assert [r.trial_id for r in confirm_candidates(decide(three, short))] == [0, 3, 5]  # lowest, middle, highest
-    # a loss: within 1 / 0.90 of the lowest short-budget val_loss
-    loss = tiny_config(objectives=[{"metric": "samples_per_s"}, {"metric": "val_loss", "direction": "minimize"}],
-                       train={"evaluate": "tests.workloads:val_loss_eval"}, confirm={"candidates": 2})
-    recs = [TrialResult.from_record({**r.to_record(), "metrics": {**r.to_record()["metrics"],
-                                                                   "val_loss": 2.0 - r.metrics.val_acc}})
-            for r in short]
-    # val_loss 1.07 (0), 1.04 (1), 1.40 (2), 1.10 (3), 1.05 (5), 1.20 (6): within 1.04 / 0.9 = 1.156: 0, 1, 3, 5
-    assert [r.trial_id for r in confirm_candidates(decide(loss, recs))] == [0, 5]
-
-
 def test_near_top_configs_are_confirmed_soonest_to_target_first_by_the_noise_scale() -> None:
     cfg = tiny_config(objectives=OBJ)
     # 1 is the most accurate; 0 (batch 64) and 3 (batch 16) are both within target_fraction of it;

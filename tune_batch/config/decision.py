@@ -12,10 +12,9 @@ from tune_batch.config.train import Section as _Section
 
 class ConfirmConfig(_Section):
     candidates: int = Field(2, ge=0)
-    """Configs trained again at a longer budget after the search, with validation along the way;
-    the recommendation then comes from these runs (0: no confirmation). Those within 0.90 of the
-    most accurate at the short budget, spread over their learning rates. When the short trials
-    learned nothing, at least 3, spread over the searched learning rates."""
+    """Front candidates trained again at a longer budget after the search, with validation along
+    the way; the recommendation then comes from these runs (0: no confirmation). When the short
+    trials learned nothing, at least 3, spread over the searched learning rates."""
     train_samples: int | None = Field(None, ge=1)
     """Samples each confirmation run trains (default: 8 x budget.train_samples)."""
     epochs: float | None = Field(None, gt=0)

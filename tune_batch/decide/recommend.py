@@ -29,18 +29,9 @@ DEVICE_SECONDS = "device_seconds_to_target"  # the same, in wall seconds x num_g
 #: over the learning rates (the lowest, the middle, the highest), whatever ``confirm.candidates``.
 SPREAD_AT_LEAST = 3
 
-#: The configs that confirmation trains first lie within this share of the best short-budget value
-#: of the target metric (its inverse for a loss), spread over their learning rates: chosen on the
-#: development grids (scripts/bench_confirm_candidates.py, rule spread_top90; docs/benchmarks.md).
-SPREAD_NEAR_TOP = 0.90
-
 
 def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult]:
-    """The configs confirmation trains, for the one that reaches the target soonest: first
-    ``confirm.candidates`` of those within ``SPREAD_NEAR_TOP`` of the most accurate at the short
-    budget, spread over their learning rates (``spread``: with two, the lowest and the highest
-    rate; the rate best for a short run is often too high for a long one, and the short run cannot
-    say which); then, in the order the second look and escalation take them, the
+    """The configs confirmation trains, for the one that reaches the target soonest: the
     recommended one, the most accurate, then those already within 0.95 (``confirm.target_fraction``
     where set) of the most accurate at the short budget, soonest to a common target first by the gradient
     noise scale's model (few samples to go, each one cheap: (1 + B / B_noise) / samples/s, the
@@ -81,18 +72,12 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
 
     learned = [r for r in rest if acc(r) is not None]
     first = rest[:1]
-    lead: list[TrialResult] = []
     if learned:
         top = max(map(acc, learned))
-
-        def near(f: float) -> list[TrialResult]:  # within this share of the best (its inverse for a loss)
-            return [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
-
-        f = report.config.confirm.target_fraction or 0.95
-        first += [max(learned, key=acc), *sorted(near(f), key=time_per_progress)]
-        # the configured candidates themselves: spread over the learning rates near the top
-        lead = spread(near(SPREAD_NEAR_TOP), report.config.confirm.candidates)[:report.config.confirm.candidates]
-    return _every_gpu_count(_distinct([*lead, *first, *rest]), n)
+        f = report.config.confirm.target_fraction or 0.95  # within this share of the best (its inverse for a loss)
+        near_top = [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
+        first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
+    return _every_gpu_count(_distinct([*first, *rest]), n)
 
 
 def confirm_order(report: Report) -> list[TrialResult]:
