@@ -258,6 +258,14 @@ def test_the_sequence_workload_labels_each_sequence_by_its_most_frequent_signal_
     assert model(num_classes=3, vocab=12, embed=8, hidden=16)(x[:5]).shape == (5, 3)
     with pytest.raises(ValueError, match="classes = 13"):
         data(vocab=12, classes=13)
+    # the bag of tokens (bag_adagrad): order does not matter to it, the counts do
+    from tune_batch.workload.sequences import bag_model
+
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "bag_adagrad.yaml"))
+    bag = bag_model(num_classes=3, vocab=12, embed=8, hidden=16)
+    out = bag(x[:5])
+    assert out.shape == (5, 3) and torch.allclose(bag(x[:5].flip(1)), out, atol=1e-6)
+    assert not torch.allclose(bag(torch.zeros_like(x[:5])), out)
 
 
 def test_the_waveform_workload_draws_each_shape_with_its_own_frequency_phase_and_amplitude() -> None:
