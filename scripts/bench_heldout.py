@@ -138,7 +138,8 @@ def run_config(cfg, length: int):
     """``cfg`` for one full-length run: the confirmation loop at ``length`` samples, validated
     EVALUATIONS times; the gradient noise scale and the worst-case memory probe off (they run
     after the curve and outside its seconds: only the benchmark's wall time would pay them)."""
-    confirm = cfg.confirm.model_copy(update={"train_samples": length, "epochs": None, "evaluations": EVALUATIONS})
+    confirm = cfg.confirm.model_copy(update={"train_samples": length, "epochs": None, "evaluations": EVALUATIONS,
+                                             "stop_at_target": False})
     budget = cfg.budget.model_copy(update={"trial_timeout_s": max(cfg.budget.trial_timeout_s, 3600.0),
                                            "gns_batches": 0})
     data = cfg.data.model_copy(update={"worst_case": "off"})

@@ -23,7 +23,7 @@ from tune_batch.decide.target import fraction, level
 from tune_batch.output.text import render_summary
 from tune_batch.pipeline.search import search
 from tune_batch.store.records import Status, TrialResult
-from tune_batch.trial.curve import confirm_run, eval_steps
+from tune_batch.trial.curve import confirm_run, eval_steps, stop_at_target
 
 
 def _rec(tid, sps, acc, b=16, lr=0.01, gpus=1, **info) -> TrialResult:
@@ -49,6 +49,22 @@ def test_curve_helpers() -> None:
 
 
 OBJ = [{"metric": "samples_per_s"}, {"metric": "val_acc"}]
+
+
+def test_runs_ended_at_the_given_target_are_said_and_the_length_is_the_planned_one() -> None:
+    """confirm.stop_at_target: the summary says how many runs ended at the target before their
+    length, pareto.json counts them, and the length the confirmation answers is the planned one
+    (it was the median of the samples trained: a run that stopped early shortened it)."""
+    cfg = tiny_config(objectives=OBJ, confirm={"candidates": 2, "target": 0.9, "stop_at_target": True})
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16)]
+    runs = [_rec("0c0", 1000, 0.91, b=64, confirm_of=0, planned_samples=400, train_samples_done=300,
+                 stopped_at_target=True, curve=_curve([0.3, 0.6, 0.91])),
+            _rec("1c0", 600, 0.85, b=16, confirm_of=1, planned_samples=400, train_samples_done=400,
+                 curve=_curve([0.7, 0.8, 0.84, 0.85]))]
+    report = decide(cfg, short + runs)
+    assert report.confirmation.train_samples == 400 and report.recommended.trial_id == 0
+    assert "1 of 2 run(s) ended at the target, before their length (confirm.stop_at_target)" in render_summary(report)
+    assert report.confirmation.to_dict()["runs_stopped_at_target"] == 1
 
 
 def test_the_recommendation_comes_from_the_confirmed_runs() -> None:
@@ -270,6 +286,25 @@ def test_a_confirmation_run_trains_at_length_records_its_curve_and_stops_when_to
     assert cut.status is Status.OK, cut.reason
     assert [(row[0], row[2]) for row in cut.info.curve] == [(row[0], row[2]) for row in curve[:stop + 1]]
     assert cut.info.train_samples_done == curve[stop][0] < 2048
+    # asked to (confirm.stop_at_target), a given target does the same by itself, and the record says
+    # so; off (the default: the memory watch would see less of the run), or without a given target,
+    # the run trains its whole length
+    given = tiny_config(confirm={"train_samples": 2048, "evaluations": 4, "target": target, "stop_at_target": True})
+    told = confirm_run(given, {"batch_size": 32, "lr": 0.05, "num_gpus": 1})
+    assert [(row[0], row[2]) for row in told.info.curve] == [(row[0], row[2]) for row in curve[:stop + 1]]
+    assert told.info.stopped_at_target and told.info.planned_samples == 2048 > told.info.train_samples_done
+    assert r.info.planned_samples == 2048 and not r.info.stopped_at_target
+    off = given.model_copy(update={"confirm": given.confirm.model_copy(update={"stop_at_target": False})})
+    assert [row[0] for row in confirm_run(off, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}).info.curve][-1] == 2048
+    # the test, direction-aware: goal.target as confirm.target; a loss ends at or below it
+    assert stop_at_target(cfg) is None and stop_at_target(off) is None
+    goal = stop_at_target(tiny_config(goal={"target": 0.9}, confirm={"candidates": 1, "stop_at_target": True}))
+    assert goal(0.9) and not goal(0.85) and not goal(float("nan"))
+    loss = stop_at_target(tiny_config(objectives=[{"metric": "samples_per_s"},
+                                                  {"metric": "val_loss", "direction": "minimize"}],
+                                      train={"evaluate": "tests.workloads:eval_needs_eight"},
+                                      confirm={"target": 1.2, "stop_at_target": True}))
+    assert loss(1.2) and loss(0.7) and not loss(1.3)
 
 
 def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path: Path) -> None:
@@ -307,6 +342,9 @@ def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path:
     assert all(r["metrics"]["peak_mem_bytes"] > 0 for r in every if r["status"] == "ok")
     assert all(len(r["info"]["memory_quarters_bytes"]) == 4 and not r["info"]["memory_growth"]["flagged"]
                for r in runs)
+    # a given target does not end the runs unless asked (confirm.stop_at_target): each trains its length
+    assert all(r["info"]["planned_samples"] == r["info"]["train_samples_done"] for r in runs)
+    assert conf["train_samples"] == 2048 and conf["runs_stopped_at_target"] == 0
     assert pareto["recommended"]["peak_mem_worst_bytes"] > 0 and "memory_margin" in pareto["recommended"]
     # again on the same directory: nothing left to run, nothing rerun
     search(cfg, tmp_path / "run", quiet=True)

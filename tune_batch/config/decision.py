@@ -39,6 +39,11 @@ class ConfirmConfig(_Section):
     4x longer, over the better half of the last (successive halving) until one learns (0: none; no goal length)."""
     replace_unreached: bool = True
     """A candidate that missed the target is replaced once by the next (docs/decision.md, a second look)."""
+    stop_at_target: bool = False
+    """With a target given (goal.target or confirm.target), a one-worker run in tune_batch's own
+    loop ends at the first validation that reaches it: what follows cannot change its time to it,
+    and a long goal run costs only its way to the target. Off by default: the memory watch then
+    sees only the steps before the target, so a slow leak can go unflagged."""
 
     @model_validator(mode="after")
     def _length(self) -> ConfirmConfig:

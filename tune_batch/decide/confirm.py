@@ -6,11 +6,10 @@ are ``trial.curve.confirm_run`` on either backend."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
@@ -254,6 +253,7 @@ class Confirmation:
         return {"prediction": predictions(self, others), "target_metric": self.metric, "target_how": self.target_how,
                 "target_direction": "maximize" if self.maximize else "minimize", "target": self.target,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
+                "runs_stopped_at_target": sum(bool(r.info.stopped_at_target) for c in self.candidates for r in c.runs),
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
                 "length_from": "goal" if self.own_run else "confirm",
@@ -305,7 +305,7 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, -x.best_acc if up else x.best_acc))
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
     tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
-    length = statistics.median(r.info.train_samples_done or 0 for rs in by.values() for r in rs)
+    length = statistics.median(r.info.planned_samples or r.info.train_samples_done or 0 for r in sum(by.values(), []))
     steps = StepMeans()
     for r in short_runs:
         steps.observe(r)
@@ -315,8 +315,8 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
                         tuple(short_runs), name, up, at_length=at_length, rung=rung,
                         own_run=config.goal is not None and config.goal.length_given)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
-    return dataclasses.replace(conf, candidates=[
-        dataclasses.replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))
+    return replace(conf, candidates=[
+        replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))
         for x in out])
 
 

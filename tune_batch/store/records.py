@@ -150,6 +150,8 @@ class TrialInfo(_Flat):
     free_skip: bool | None = None  # a skipped proposal the sampler was asked again for: not part of budget.trials
     curve: list[list[float]] | None = None  # confirmation: [samples, train seconds, val_acc, loss] per validation
     start_value: float | None = None  # confirmation: its metric before the first step (the untrained model)
+    planned_samples: int | None = None  # confirmation: the samples it was to train (more than done: it stopped)
+    stopped_at_target: bool | None = None  # confirmation: ended at the given target (confirm.stop_at_target)
     chance_acc: float | None = None  # the majority-class share of the validation set
     # the training loop
     loop: str | None = None  # train.loop: tune_batch's own, or the user's trainer (lightning, transformers, keras)

@@ -88,6 +88,8 @@ class _Run:
     gns: NoiseScale | None
     memory: RunMemory
     worst: WorstCase | None
+    planned: int = 0  # the samples the run was to train
+    stopped: bool = False  # ended by ``until`` before its length
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float, extra: dict[str, Any] | None,
@@ -108,7 +110,7 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
     watch = RunWatch(device, total, cap.bytes)
     lead = placement.rank == 0  # validates (the other ranks wait for it in their next step's all-reduce)
     curve: list[list[float]] = []
-    train_s, done = 0.0, 0
+    train_s, done, stopped = 0.0, 0, False
     evals = eval_steps(total, config.confirm.evaluations)
     # where the run starts from, outside train_s: the untrained model's value (what "the way from
     # the start to the level" of a loss can be measured from, whatever the validations' spacing)
@@ -128,6 +130,7 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
             watch.keep(done)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
         if until is not None and until(acc):
+            stopped = i < len(evals) - 1
             break
     # after the last validation and outside train_s, as in a trial: the curve never sees it (the
     # bare model, rank 0's own batches: no collective)
@@ -135,7 +138,8 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
            if lead else None)
     worst = probe(config, stepper, model, ds, params.batch_size // placement.world, cap.bytes)
     memory = watch.result(worst.eval_bytes if worst is not None else None)
-    return _Run(curve, start_value, chance_rate(ds.val), done, ds.description, gns, memory, worst)
+    return _Run(curve, start_value, chance_rate(ds.val), done, ds.description, gns, memory, worst,
+                total * params.batch_size, stopped)
 
 
 def _memory_record(run: _Run, cap: MemoryCap, world: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -168,6 +172,19 @@ def _validate(config: Config, model: torch.nn.Module, val: Any, device: torch.de
     return scores[name]
 
 
+def stop_at_target(config: Config) -> Callable[[float], bool] | None:
+    """The test a confirmation run ends at (``confirm.stop_at_target``): the first validation that
+    reaches the given target (``goal.target``, else ``confirm.target``) in the metric's direction;
+    None without a given target (the default one is set from the runs' own curves) or with the
+    option off."""
+    goal = config.goal.target if config.goal is not None else None
+    target = goal if goal is not None else config.confirm.target
+    if target is None or not config.confirm.stop_at_target or config.confirm_metric is None:
+        return None
+    up = config.confirm_metric[1] == "maximize"
+    return lambda v: math.isfinite(v) and (v >= target if up else v <= target)
+
+
 def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
                 confirm_of: int | str | None = None, extra: dict[str, Any] | None = None,
                 threads: int | None = None, until: Callable[[float], bool] | None = None) -> TrialResult:
@@ -176,10 +193,13 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
 
     ``until``: called with each validation's value; the run ends at the first one it is true for
     (for a caller that reads only the time to a target: the curve up to there is the one the
-    whole run would have). Only in tune_batch's own loop."""
+    whole run would have). Only in tune_batch's own loop. Default: ``stop_at_target``'s, for a
+    one-worker run in that loop."""
     start = time.perf_counter()
     p = Params.of(params)
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
+    if until is None and p.num_gpus == 1 and config.train.loop == "tune_batch":
+        until = stop_at_target(config)
     if p.num_gpus > 1:
         return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 is confirmed on a worker group: use the ray "
                            "backend", duration_s=0.0, info=base)
@@ -232,6 +252,7 @@ def confirm_measure(config: Config, params: Params, placement: Placement = Place
     info = base.with_(device=device_name(device, torch.get_num_threads()), data=run.data, curve=run.curve,
                       start_value=run.start if math.isfinite(run.start) else None, chance_acc=run.chance,
                       steps=run.steps, train_samples_done=int(samples), train_s=train_s,
+                      planned_samples=run.planned, stopped_at_target=run.stopped or None,
                       final_loss=loss, world_size=world, per_worker_batch=p.batch_size // world,
                       precision=config.train.precision, optimizer=config.optimizer.name,
                       accumulation_steps=accumulation,
