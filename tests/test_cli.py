@@ -29,6 +29,12 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.train_samples=1024")
     assert code == 0 and ("note: confirm.train_samples = 1024 is shorter than one trial (budget.train_samples = "
                           "4096): the confirmation runs see less training than the search's trials did") in out
+    # stopping confirmation runs at a target that is not given does nothing: said; given, not
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.stop_at_target=true")
+    assert code == 0 and "note: confirm.stop_at_target = true does nothing here: no target is given" in out
+    code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.stop_at_target=true", "--set",
+                        "confirm.target=0.9")
+    assert code == 0 and "stop_at_target" not in out
     # a user's evaluation that cannot score the 2 samples preflight gives it is not refused for that
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "train.evaluate=tests.workloads:eval_needs_eight", "--set",
                         "objectives=[{metric: samples_per_s, direction: maximize}, {metric: val_loss, direction: "
