@@ -50,13 +50,16 @@ has paid for itself, against the oracle's).
 
 ``--goal`` adds an arm outside the headline: tune_batch's default search told the length of the
 user's run (``goal.train_samples`` = the full length, no target), so that its confirmation
-answers that run; its regrets are ``goal_regret_*`` at the end of the RESULT line.
+answers that run; its regrets are ``goal_regret_*`` at the end of the RESULT line. ``--goal-target``
+adds another: told the length and the yardstick's target as ``goal.target``, each confirmation
+run ending at it (``confirm.stop_at_target``): what a user who knows their target gets, and what
+it costs (``goal_target_*``).
 
 Usage: python scripts/bench_decision.py --heldout [--workloads tabular_mlp ...] [--seeds 0 1 2 3 4 5]
-       [--runs 3] [--dev] [--goal] [--out DIR] [--phase grid|arms|side|all]
+       [--runs 3] [--dev] [--goal] [--goal-target] [--out DIR] [--phase grid|arms|side|all]
 Ends with: RESULT heldout_regret_median=... heldout_regret_worst=... heldout_compute_frac_target_grid_worst=...
 beats_baseline=... beats_max_batch_linear_lr=... beats_lightning=... beats_random_equal=... beats_asha=...
-workloads=... [goal_regret_median=... goal_regret_worst=...]
+workloads=... [goal_regret_median=... goal_regret_worst=...] [goal_target_regret_median=... ...]
 """
 
 from __future__ import annotations
@@ -112,6 +115,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 FRACTION, EVALUATIONS, GRID_SEEDS, LRS = 0.99, 32, 3, 5
 ARMS = ("baseline", "max_batch_linear_lr", "lightning", "random_equal", "asha")
+#: arms of tune_batch told the user's run (outside the headline): what each was told
+GOAL_ARMS = {"tune_batch_goal": "the run's length (goal.train_samples)",
+             "tune_batch_goal_target": "the run's length and the target (goal.target; runs end there)"}
 ADAPTIVE = {"adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "radam"}
 
 
@@ -255,14 +261,17 @@ def yardstick(name: str, rows: list[dict]) -> dict:
 # ------------------------------------------------------------------ arms
 
 
-def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool = False) -> dict:
+def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool = False,
+               target: float | None = None) -> dict:
     """tune_batch's search of the workload with ``seed`` (``sampler``: override the default one;
-    ``goal``: the user states the run's length, ``goal.train_samples`` = the full length), its
-    output kept in ``out``; its recommendation, whole wall time and trial-seconds."""
+    ``goal``: the user states the run's length, ``goal.train_samples`` = the full length; ``target``:
+    and the target, ``goal.target``, each confirmation run ending there, ``confirm.stop_at_target``),
+    its output kept in ``out``; its recommendation, whole wall time and trial-seconds."""
     from tune_batch.config import load_config
     from tune_batch.pipeline.search import search
 
     sets = [f"search.seed={seed}"] + ([f"goal.train_samples={WORKLOADS[name]['length']}"] if goal else [])
+    sets += [f"goal.target={target!r}", "confirm.stop_at_target=true"] if target is not None else []
     cfg = load_config(WORKLOADS[name]["config"], sets)
     if sampler is not None:
         cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"sampler": sampler})})
@@ -421,9 +430,10 @@ def baseline_arm(name: str) -> dict:
     return {"pick": {"batch_size": base.batch_size, "lr": base.lr}, "wall_s": 0.0, "how": "the config's baseline"}
 
 
-def arms(name: str, seeds: list[int], out: Path, goal: bool = False) -> list[dict]:
+def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: float | None = None) -> list[dict]:
     """Every arm's picks (stored in ``out``/<name>_arms.jsonl; arms already there are kept);
-    ``goal``: also tune_batch told the run's length (the ``tune_batch_goal`` arm)."""
+    ``goal``: also tune_batch told the run's length (the ``tune_batch_goal`` arm); ``target``: also
+    told the length and this target, its runs ending there (``tune_batch_goal_target``)."""
     import shutil
     from functools import partial
 
@@ -454,6 +464,10 @@ def arms(name: str, seeds: list[int], out: Path, goal: bool = False) -> list[dic
     if goal:
         for seed in seeds:
             once("tune_batch_goal", seed, partial(search_arm, name, seed, None, out / f"{name}-goal-{seed}", True))
+    if target is not None:
+        for seed in seeds:
+            once("tune_batch_goal_target", seed, partial(search_arm, name, seed, None,
+                                                         out / f"{name}-goal-target-{seed}", True, target))
     return jsonl(path)
 
 
@@ -562,14 +576,18 @@ def figures(name: str, stick: dict, arm_rows: list[dict], side_rows: list[dict])
 
     tb = by_arm.get("tune_batch", [])
     regrets = [(median(times[key(r["pick"])]) / oracle if r["pick"] else math.inf) for r in tb]
-    goal_regrets = [(median(times[key(r["pick"])]) / oracle if r["pick"] else math.inf)
-                    for r in by_arm.get("tune_batch_goal", [])]
-    goal_beats = {}
-    for arm in ("tune_batch", *ARMS):
-        if arm in by_arm and goal_regrets:
-            point, lo, hi = ratio_interval(groups("tune_batch_goal"), groups(arm))
-            goal_beats[arm] = {"ratio": point, "lo": lo, "hi": hi, "won": hi < 1.0, "lost": lo > 1.0,
-                               "arm_median_s": median([median(g) for g in groups(arm)])}
+    told: dict[str, dict] = {}  # the arms told the run's length (and its target)
+    for told_arm in GOAL_ARMS:
+        rs = by_arm.get(told_arm, [])
+        if not rs:
+            continue
+        vs = {}
+        for arm in ("tune_batch", *ARMS):
+            if arm in by_arm:
+                point, lo, hi = ratio_interval(groups(told_arm), groups(arm))
+                vs[arm] = {"ratio": point, "lo": lo, "hi": hi, "won": hi < 1.0, "lost": lo > 1.0}
+        told[told_arm] = {"regrets": [(median(times[key(r["pick"])]) / oracle if r["pick"] else math.inf) for r in rs],
+                          "beats": vs, "compute_frac_target_grid": [r["wall_s"] / stick["target_grid_s"] for r in rs]}
     frac_grid = [r["wall_s"] / stick["target_grid_s"] for r in tb]
     frac_grid_trial = [r["trial_s"] / stick["target_grid_s"] for r in tb]
     payback = [r["wall_s"] / median(times[key(r["pick"])]) if r["pick"] and math.isfinite(median(times[key(r["pick"])]))
@@ -584,9 +602,8 @@ def figures(name: str, stick: dict, arm_rows: list[dict], side_rows: list[dict])
     return {"name": name, "held_out": WORKLOADS[name]["held_out"], "oracle_s": oracle,
             "oracle": {"batch_size": oracle_key[0], "lr": oracle_key[1]}, "regrets": regrets,
             "compute_frac_target_grid": frac_grid, "compute_frac_target_grid_trial_s": frac_grid_trial,
-            "payback_runs": payback, "beats": beats, "goal_regrets": goal_regrets, "goal_beats": goal_beats,
-            "goal_compute_frac_target_grid": [r["wall_s"] / stick["target_grid_s"]
-                                              for r in by_arm.get("tune_batch_goal", [])],
+            "payback_runs": payback, "beats": beats, "told": told,
+            "goal_regrets": told.get("tune_batch_goal", {}).get("regrets", []),
             "tune_batch_median_s": median([median(g) for g in groups("tune_batch")]),
             "configs": {label(k): v for k, v in times.items()}}
 
@@ -622,13 +639,13 @@ def report(name: str, stick: dict, f: dict, arm_rows: list[dict]) -> None:
         verdict = "won" if b["won"] else "lost" if b["lost"] else "within noise"
         print(f"  tune_batch vs {arm}: median time to target {f['tune_batch_median_s']:.2f} s vs "
               f"{b['arm_median_s']:.2f} s, ratio {b['ratio']:.2f} [{b['lo']:.2f}, {b['hi']:.2f}]: {verdict}")
-    if f["goal_regrets"]:
-        print(f"tune_batch told the run's length (goal.train_samples): regret per search {fmt(f['goal_regrets'])} "
-              f"(median {median(f['goal_regrets']):.2f}, worst {max(f['goal_regrets']):.2f}); whole wall / "
-              f"target-stopped grid {fmt(f['goal_compute_frac_target_grid'])}")
-        for arm, b in f["goal_beats"].items():
+    for told_arm, t in f["told"].items():
+        what = GOAL_ARMS[told_arm]
+        print(f"tune_batch told {what}: regret per search {fmt(t['regrets'])} (median {median(t['regrets']):.2f}, "
+              f"worst {max(t['regrets']):.2f}); whole wall / target-stopped grid {fmt(t['compute_frac_target_grid'])}")
+        for arm, b in t["beats"].items():
             verdict = "won" if b["won"] else "lost" if b["lost"] else "within noise"
-            print(f"  tune_batch_goal vs {arm}: ratio {b['ratio']:.2f} [{b['lo']:.2f}, {b['hi']:.2f}]: {verdict}")
+            print(f"  {told_arm} vs {arm}: ratio {b['ratio']:.2f} [{b['lo']:.2f}, {b['hi']:.2f}]: {verdict}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -642,6 +659,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=HELDOUT / "runs")
     ap.add_argument("--goal", action="store_true",
                     help="add an arm: tune_batch's default search told the run's length (goal.train_samples)")
+    ap.add_argument("--goal-target", action="store_true",
+                    help="add an arm: tune_batch told the run's length and the yardstick as goal.target, each "
+                         "confirmation run ending there (confirm.stop_at_target)")
     ap.add_argument("--phase", choices=["grid", "arms", "side", "all"], default="all",
                     help="stop after this phase (each is stored and resumed)")
     args = ap.parse_args(argv)
@@ -661,7 +681,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: yardstick {json.dumps(stick, default=float)}", flush=True)
         if args.phase == "grid":
             continue
-        arm_rows = arms(name, args.seeds, args.out, args.goal)
+        arm_rows = arms(name, args.seeds, args.out, args.goal, stick["target"] if args.goal_target else None)
         if args.phase == "arms":
             continue
         g = stick["grid_best"]
@@ -688,6 +708,11 @@ def main(argv: list[str] | None = None) -> None:
         print("development twin: " + line(dev, "dev"))
     goal = [x for f in held for x in f["goal_regrets"]]
     extra = (f" goal_regret_median={median(goal):.3f} goal_regret_worst={max(goal):.3f}" if goal else "")
+    gt = [f["told"]["tune_batch_goal_target"] for f in held if "tune_batch_goal_target" in f["told"]]
+    if gt:
+        regrets, fracs = [x for t in gt for x in t["regrets"]], [x for t in gt for x in t["compute_frac_target_grid"]]
+        extra += (f" goal_target_regret_median={median(regrets):.3f} goal_target_regret_worst={max(regrets):.3f}"
+                  f" goal_target_compute_frac_target_grid_worst={max(fracs):.3f}")
     print("RESULT " + line(held, "heldout") + extra)
 
 
