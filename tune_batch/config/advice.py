@@ -39,7 +39,7 @@ def config_notes(config: Config) -> list[str]:
         notes.append(f"budget.train_samples = {config.budget.train_samples} gives fewer than 2 steps at batch_size "
                      f"{', '.join(map(str, short))}: their trials are skipped unmeasured; budget.train_samples = "
                      f"{2 * max(short)} measures them")
-    given = config.goal.target if config.goal is not None and config.goal.target is not None else c.target
+    given = config.given_target
     if c.stop_at_target and c.candidates > 0 and (given is None or config.train.loop != "tune_batch"):
         why = ("no target is given (goal.target or confirm.target): the default one is read from the runs' "
                "whole curves" if given is None else f"train.loop = {config.train.loop} trains each run's whole "

@@ -9,16 +9,15 @@ from typing import Any
 from pydantic import BaseModel
 
 
-def _fields_at(root: Any, loc: tuple[Any, ...], models: bool = False) -> Any:
-    """The field names allowed at a location of the model ``root`` (for 'did you mean'); with
-    ``models``, the fields themselves (name -> field info)."""
+def _model_at(root: Any, loc: tuple[Any, ...]) -> Any:
+    """The model (section) at a location of the model ``root``; None where none is."""
     model: Any = root
     for part in loc:
         if isinstance(part, int):
             continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
-            return {} if models else []
+            return None
         ann = field.annotation
         candidates = [ann, *getattr(ann, "__args__", ())]
         for c in candidates:
@@ -31,17 +30,20 @@ def _fields_at(root: Any, loc: tuple[Any, ...], models: bool = False) -> Any:
                 continue
             break
         else:
-            return {} if models else []
-    fields = getattr(model, "model_fields", {})
-    return dict(fields) if models else list(fields)
+            return None
+    return model
+
+
+def _fields_at(root: Any, loc: tuple[Any, ...]) -> list[str]:
+    """The field names allowed at a location of the model ``root`` (for 'did you mean')."""
+    return list(getattr(_model_at(root, loc), "model_fields", {}))
 
 
 def _section_expected(root: Any, loc: tuple[Any, ...], value: Any) -> str:
     """What a section's place takes, for a value that is not a mapping: its keys (and a list where
     the field also takes one), with the mapping, or the list, that a lone number most likely meant."""
     keys = _fields_at(root, loc)
-    parent = _fields_at(root, loc[:-1], models=True)
-    field = parent.get(loc[-1]) if isinstance(loc[-1], str) else None
+    field = getattr(_model_at(root, loc[:-1]), "model_fields", {}).get(loc[-1])
     members = getattr(getattr(field, "annotation", None), "__args__", ())
     takes_list = any(getattr(a, "__origin__", None) is list for a in members)
     what = f"a mapping with the keys {', '.join(keys)}" + (", or a list" if takes_list else "")

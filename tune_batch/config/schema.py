@@ -346,6 +346,12 @@ class Config(_Section):
         return name, next((o.direction for o in self.objectives if o.metric == name), "maximize")
 
     @property
+    def given_target(self) -> float | None:
+        """The target the user gave: goal.target, else confirm.target (never both); None: the
+        confirmation reads a default one from its runs."""
+        return self.goal.target if self.goal is not None and self.goal.target is not None else self.confirm.target
+
+    @property
     def metric_names(self) -> list[str]:
         return [o.metric for o in self.objectives]
 

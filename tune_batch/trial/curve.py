@@ -88,8 +88,7 @@ class _Run:
     gns: NoiseScale | None
     memory: RunMemory
     worst: WorstCase | None
-    planned: int = 0  # the samples the run was to train
-    stopped: bool = False  # ended by ``until`` before its length
+    total: int = 0  # the steps the run was to train (more than ``steps``: ``until`` ended it)
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float, extra: dict[str, Any] | None,
@@ -110,7 +109,7 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
     watch = RunWatch(device, total, cap.bytes)
     lead = placement.rank == 0  # validates (the other ranks wait for it in their next step's all-reduce)
     curve: list[list[float]] = []
-    train_s, done, stopped = 0.0, 0, False
+    train_s, done = 0.0, 0
     evals = eval_steps(total, config.confirm.evaluations)
     # where the run starts from, outside train_s: the untrained model's value (what "the way from
     # the start to the level" of a loss can be measured from, whatever the validations' spacing)
@@ -130,7 +129,6 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
             watch.keep(done)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
         if until is not None and until(acc):
-            stopped = i < len(evals) - 1
             break
     # after the last validation and outside train_s, as in a trial: the curve never sees it (the
     # bare model, rank 0's own batches: no collective)
@@ -138,8 +136,7 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
            if lead else None)
     worst = probe(config, stepper, model, ds, params.batch_size // placement.world, cap.bytes)
     memory = watch.result(worst.eval_bytes if worst is not None else None)
-    return _Run(curve, start_value, chance_rate(ds.val), done, ds.description, gns, memory, worst,
-                total * params.batch_size, stopped)
+    return _Run(curve, start_value, chance_rate(ds.val), done, ds.description, gns, memory, worst, total)
 
 
 def _memory_record(run: _Run, cap: MemoryCap, world: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -177,8 +174,7 @@ def stop_at_target(config: Config) -> Callable[[float], bool] | None:
     reaches the given target (``goal.target``, else ``confirm.target``) in the metric's direction;
     None without a given target (the default one is set from the runs' own curves) or with the
     option off."""
-    goal = config.goal.target if config.goal is not None else None
-    target = goal if goal is not None else config.confirm.target
+    target = config.given_target
     if target is None or not config.confirm.stop_at_target or config.confirm_metric is None:
         return None
     up = config.confirm_metric[1] == "maximize"
@@ -252,7 +248,7 @@ def confirm_measure(config: Config, params: Params, placement: Placement = Place
     info = base.with_(device=device_name(device, torch.get_num_threads()), data=run.data, curve=run.curve,
                       start_value=run.start if math.isfinite(run.start) else None, chance_acc=run.chance,
                       steps=run.steps, train_samples_done=int(samples), train_s=train_s,
-                      planned_samples=run.planned, stopped_at_target=run.stopped or None,
+                      planned_samples=run.total * p.batch_size, stopped_at_target=run.steps < run.total or None,
                       final_loss=loss, world_size=world, per_worker_batch=p.batch_size // world,
                       precision=config.train.precision, optimizer=config.optimizer.name,
                       accumulation_steps=accumulation,
