@@ -247,8 +247,12 @@ def _run(args: argparse.Namespace) -> int:
     debug = bool(getattr(args, "debug", False))
     commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report, "max-batch": _cmd_max_batch,
                 "probe": _cmd_probe, "export": _cmd_export}
+    from tune_batch.backends.signals import received, sigterm_as_sigint
+
+    received["signal"] = None
     try:
-        return commands[args.command](args)
+        with sigterm_as_sigint():  # a SIGTERM before a search's own handlers (loading data): stopped as by Ctrl-C
+            return commands[args.command](args)
     except UserError as e:
         if debug:
             traceback.print_exc()
@@ -261,8 +265,9 @@ def _run(args: argparse.Namespace) -> int:
         kept = ("; nothing was recorded" if isinstance(e, NothingRecorded) or args.command == "probe" else
                 "; finished trials are kept in the run directory (run the same command again to continue)"
                 if args.command == "search" else "")
-        print(f"tune-batch: interrupted{kept}", file=sys.stderr)
-        return 130
+        term = received["signal"] == signal.SIGTERM
+        print(f"tune-batch: interrupted{' (SIGTERM)' if term else ''}{kept}", file=sys.stderr)
+        return 143 if term else 130
 
 
 if __name__ == "__main__":  # pragma: no cover
