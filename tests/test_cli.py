@@ -420,7 +420,7 @@ def test_ray_address_in_the_environment_names_the_cluster(tmp_path: Path, capsys
     import socket
 
     from tests.conftest import tiny_config
-    from tune_batch.pipeline.search import ray_address
+    from tune_batch.backends.address import ray_address
 
     with socket.socket() as s:  # a port bound and closed: nothing listens there
         s.bind(("127.0.0.1", 0))

@@ -15,7 +15,8 @@ from tune_batch.analysis.noise import slower_beyond_noise
 from tune_batch.analysis.notes import texts
 from tune_batch.analysis.pareto import parse_prefer
 from tune_batch.config import load_config
-from tune_batch.decide.confirm import first_reach, kendall_tau, search_noise_scale
+from tune_batch.decide.confirm import first_reach, kendall_tau
+from tune_batch.decide.predict import search_noise_scale
 from tune_batch.decide.recommend import confirm_candidates, decide
 from tune_batch.decide.repeats import candidates
 from tune_batch.decide.target import default_target as _target

@@ -15,6 +15,7 @@ from typing import Any
 from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
 from tune_batch.analysis.points import StepMeans, one_worker_sps, scaling_efficiency
 from tune_batch.config import Config
+from tune_batch.decide.predict import estimate_time, predict_time, samples_factor, search_noise_scale
 from tune_batch.decide.target import default_target, level
 from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult
@@ -249,11 +250,16 @@ class Confirmation:
                         "scaling_efficiency_trials": len(effs), "no_one_worker_at": missing})
         return out
 
+    def stopped_at_target(self) -> tuple[int, int]:
+        """(runs that ended at the given target before their length, runs)."""
+        runs = [r for c in self.candidates for r in c.runs]
+        return sum(bool(r.info.stopped_at_target) for r in runs), len(runs)
+
     def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
         return {"prediction": predictions(self, others), "target_metric": self.metric, "target_how": self.target_how,
                 "target_direction": "maximize" if self.maximize else "minimize", "target": self.target,
                 "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
-                "runs_stopped_at_target": sum(bool(r.info.stopped_at_target) for c in self.candidates for r in c.runs),
+                "runs_stopped_at_target": self.stopped_at_target()[0],
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
                 "length_from": "goal" if self.own_run else "confirm",
@@ -320,51 +326,12 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
         for x in out])
 
 
-def estimate_time(measured: float | None, prediction: dict[str, Any]) -> float | None:
-    """The time to target a recommendation ranks a confirmed candidate by: the geometric mean of
-    its runs' median and the time predicted for it from the *other* candidates' runs and the
-    search's noise scale (two independent readings: one candidate's pair of confirmation runs can
-    be lucky; on this machine a config's run pairs span up to 3.4x, the prediction is within 1.5x
-    for 83-89 % of candidates). The runs' time alone without a prediction, or where its
-    throughput comes only from disturbed windows."""
-    pred = prediction.get("predicted_s")
-    if measured is None or not pred or prediction.get("disturbed_throughput"):
-        return measured
-    return math.sqrt(measured * pred)
-
-
-def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, int]:
-    """(B_noise of the search, trials it pools): the mean tr(Sigma) over the mean |G|^2 of every
-    finished trial that estimated them. One short trial's estimate is noisy within a factor of
-    10 (repeats of one config read 35 and 650); the two quantities are smoothed over the search
-    before the ratio, as McCandlish et al. advise (the ratio of noisy estimates is biased)."""
-    got = [(r.info.gns_trace_sigma, r.info.gns_grad_sq) for r in records
-           if r.status is Status.OK and r.info.gns_trace_sigma is not None and r.info.gns_grad_sq is not None]
-    if not got:
-        return None, 0
-    g2 = statistics.fmean(g for _, g in got)
-    return (statistics.fmean(s for s, _ in got) / g2 if g2 > 0 else None), len(got)
-
-
-def samples_factor(b_noise: float, batch: int) -> float:
-    """Samples to a given loss relative to the fewest possible (McCandlish et al.): 1 + B / B_noise."""
-    return 1.0 + batch / b_noise
-
-
 def _e_min(c: Candidate, b_noise: float | None) -> float | None:
     """The fewest samples to the target implied by a confirmed candidate (McCandlish et al.:
     samples = E_min x (1 + B / B_noise)), from its samples to target and the search's B_noise."""
     if c.samples_to_target is None or not b_noise:
         return None
     return c.samples_to_target / samples_factor(b_noise, c.trial.params.batch_size)
-
-
-def predict_time(trial: TrialResult, e_min: float, b_noise: float | None, sps: float | None) -> float | None:
-    """Predicted training seconds to the target of a config: E_min x (1 + B / B_noise) samples
-    at ``sps`` samples/s."""
-    if not b_noise or not sps:
-        return None
-    return e_min * samples_factor(b_noise, trial.params.batch_size) / sps
 
 
 def predictions(conf: Confirmation, others: Sequence[TrialResult]) -> dict[str, Any]:

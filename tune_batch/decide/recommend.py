@@ -16,8 +16,9 @@ from tune_batch.analysis.pareto import Prefer, better_beyond
 from tune_batch.analysis.report import Report, build_report, latest_per_trial, with_tradeoffs
 from tune_batch.config import Config
 from tune_batch.decide.baseline import compare, is_current, stale_ids
-from tune_batch.decide.confirm import BASELINE, confirm, last_round, samples_factor, search_noise_scale
+from tune_batch.decide.confirm import BASELINE, confirm, last_round
 from tune_batch.decide.confirm import jobs as confirm_jobs
+from tune_batch.decide.predict import samples_factor, search_noise_scale
 from tune_batch.decide.repeats import candidates
 from tune_batch.store.records import Status, TrialResult
 

@@ -209,10 +209,9 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
             else f"target {conf.target_how}")
     out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
-    runs = [r for c in conf.candidates for r in c.runs]
-    stopped = sum(bool(r.info.stopped_at_target) for r in runs)
+    stopped, runs = conf.stopped_at_target()
     if stopped:
-        out.append(f"  {stopped} of {len(runs)} run(s) ended at the target, before their length "
+        out.append(f"  {stopped} of {runs} run(s) ended at the target, before their length "
                    f"(confirm.stop_at_target): what follows it cannot change a time to it")
     out += _how_lines(conf)
     for x in conf.candidates:

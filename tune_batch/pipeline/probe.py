@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tune_batch.backends.address import check_address, ray_address
 from tune_batch.config import Config
 from tune_batch.errors import UserError
 from tune_batch.pipeline.quiet import quiet_libraries
-from tune_batch.pipeline.search import check_address, local_capacity, preflight, ray_address
+from tune_batch.pipeline.search import local_capacity, preflight
 from tune_batch.store.records import Params, Status, TrialResult
 from tune_batch.store.rundir import RunDir
 

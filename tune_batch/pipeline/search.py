@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from typing import Any
 
 from tune_batch.analysis.pareto import Prefer
 from tune_batch.analysis.report import Report, latest_per_trial
+from tune_batch.backends.address import check_address, ray_address
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import config_fault, received
 from tune_batch.config import Config
@@ -56,33 +56,6 @@ class SearchResult:
 
 def default_output(config: Config) -> Path:
     return Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def ray_address(config: Config, address: str | None) -> str | None:
-    """The Ray cluster the trials run on: ``--address``, else search.address, else (search.backend
-    ray) the RAY_ADDRESS environment variable, as ``ray.init()`` reads it (a cluster's jobs and pods
-    have it set: the search crashed in ray.init there); None: a local instance."""
-    if address or config.search.address or config.search.backend != "ray":
-        return address or config.search.address
-    return os.environ.get("RAY_ADDRESS") or None
-
-
-def check_address(address: str | None, timeout_s: float = 5.0) -> None:
-    """Refuse, before anything is written, a Ray address nothing answers at (``host:port`` or
-    ``ray://host:port``; ``auto`` is left to Ray): Ray itself retries for minutes."""
-    if not address or address == "auto":
-        return
-    name = "RAY_ADDRESS" if address == os.environ.get("RAY_ADDRESS") else "--address"
-    hostport = address.split("://", 1)[-1]
-    host, _, port = hostport.rpartition(":")
-    if not host or not port.isdigit():
-        raise ConfigError(f"{name} {address!r}: expected 'auto', 'host:port' or 'ray://host:port'")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as e:
-        unset = "; or unset RAY_ADDRESS for a local instance" if name == "RAY_ADDRESS" else ""
-        raise UserError(f"{name} {address!r}: nothing answers at {host}:{port} ({e.strerror or e}); start Ray "
-                        f"there (ray start --head) or check the address{unset}") from e
 
 
 def local_capacity() -> tuple[int, str]:

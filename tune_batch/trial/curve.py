@@ -237,7 +237,7 @@ def confirm_measure(config: Config, params: Params, placement: Placement = Place
         (run, cap), accumulation = with_accumulation(config, p.batch_size // world, world, device, attempt)
     samples, train_s, acc, loss = run.curve[-1]
     sps = samples / train_s if train_s > 0 else None
-    # the noise scale at the end of the longer run (confirm.search_noise_scale pools the short ones only)
+    # the noise scale at the end of the longer run (decide.predict.search_noise_scale pools the short ones only)
     gns, eff, gns_info = gns_figures(config, p, run.gns, train_s)
     mem_metrics, mem_info = _memory_record(run, cap, world)
     name = (config.confirm_metric or ("val_acc", "maximize"))[0]

@@ -14,6 +14,7 @@ from ray import tune
 
 from tune_batch.analysis.objectives import is_maximize, utilization_warning
 from tune_batch.backends import Later
+from tune_batch.backends.address import address_origin
 from tune_batch.backends.progress import Progress
 from tune_batch.backends.ray.callbacks import Halt, Records
 from tune_batch.backends.ray.cleanup import GroupSweeper
@@ -43,7 +44,7 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
     counts = sorted({n for n in [*plan.gpu_choices, base] if n > 1 and plan.fits(n)})
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
                        + (" (the baseline)" if n not in plan.gpu_choices else "") for n in counts)
-    where = (" (RAY_ADDRESS)" if address == os.environ.get("RAY_ADDRESS") else "") if address else ""
+    where = " (RAY_ADDRESS)" if address_origin(address) == "RAY_ADDRESS" else ""
     at = f"the cluster at {address}{where}: " if address else ""
     progress.say(f"ray: {at}{cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
                  f"{plan.request(1)}; up to {plan.concurrent} at a time"
