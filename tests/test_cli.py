@@ -35,6 +35,17 @@ def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "confirm.stop_at_target=true", "--set",
                         "confirm.target=0.9")
     assert code == 0 and "stop_at_target" not in out
+    # a loss target no run can reach (a loss is not negative; a perplexity not below 1): said, not refused
+    lm = str(REPO / "configs" / "tiny_lm.yaml")
+    code, out, _ = _run(capsys, "validate", lm, "--set", "goal.target=-1")
+    assert code == 0 and ("note: goal.target = -1 is below 0, which val_loss (a loss) never goes under: no run "
+                          "reaches it, so each confirmation run trains its whole length and nothing is recommended "
+                          "on time to target") in out, out
+    code, out, _ = _run(capsys, "validate", lm, "--set", "confirm.target=0.5", "--set",
+                        "objectives=[{metric: samples_per_s}, {metric: val_perplexity, direction: minimize}]")
+    assert code == 0 and "confirm.target = 0.5 is below 1, which val_perplexity (a perplexity) never goes under" in out
+    code, out, _ = _run(capsys, "validate", lm, "--set", "goal.target=1.2")
+    assert code == 0 and "never goes under" not in out
     # a user's evaluation that cannot score the 2 samples preflight gives it is not refused for that
     code, out, _ = _run(capsys, "validate", QUICK, "--set", "train.evaluate=tests.workloads:eval_needs_eight", "--set",
                         "objectives=[{metric: samples_per_s, direction: maximize}, {metric: val_loss, direction: "

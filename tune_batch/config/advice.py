@@ -3,6 +3,8 @@ the start of a search, not refused."""
 
 from __future__ import annotations
 
+import re
+
 from tune_batch.config.schema import Config
 
 
@@ -45,9 +47,32 @@ def config_notes(config: Config) -> list[str]:
                "whole curves" if given is None else f"train.loop = {config.train.loop} trains each run's whole "
                f"length in the trainer")
         notes.append(f"confirm.stop_at_target = true does nothing here: {why}")
+    unreachable = unreachable_target(config)
+    if unreachable:
+        notes.append(unreachable)
     points = config.space.configurations()
     if points is not None and config.budget.trials > points:
         notes.append(f"budget.trials = {config.budget.trials} but the space holds {points} configuration(s) (space.lr "
                      f"is fixed at {config.space.lr.low:g}): each is measured once and the sampler's repeats of them "
                      f"are skipped; budget.trials = {points} says the same")
     return notes
+
+
+#: Lowest values of minimised metrics, known from their names: (pattern, what it is, floor).
+_FLOORS = ((re.compile(r"perplexity|ppl"), "a perplexity", 1.0),
+           (re.compile(r"loss|mse|mae|rmse|nll|error"), "a loss", 0.0))
+
+
+def unreachable_target(config: Config) -> str | None:
+    """A given target below what its minimised metric can take (a loss under 0, a perplexity under
+    1), which no run reaches; None otherwise (a metric's range unknown from its name included)."""
+    target, metric = config.given_target, config.confirm_metric
+    if target is None or metric is None or metric[1] != "minimize" or config.confirm.candidates == 0:
+        return None
+    key = "goal.target" if config.goal is not None and config.goal.target is not None else "confirm.target"
+    for pattern, kind, floor in _FLOORS:
+        if pattern.search(metric[0]) and target < floor:
+            return (f"{key} = {target:g} is below {floor:g}, which {metric[0]} ({kind}) never goes under: no run "
+                    f"reaches it, so each confirmation run trains its whole length and nothing is recommended on "
+                    f"time to target")
+    return None
