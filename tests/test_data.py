@@ -84,6 +84,34 @@ def test_synthetic_is_seeded_and_learnable() -> None:
     assert torch.equal(a.train[5][0], b.train[5][0])
     res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
     assert res.status == "ok" and res.metrics.val_acc > 0.3
+    # held as one tensor: the very images the development benchmarks' grids were measured on
+    x = torch.stack([a.train[i][0] for i in range(len(a.train))]).double()
+    assert float(x.sum()) == pytest.approx(-23127.152133126743, rel=1e-9)
+    assert float(x.abs().sum()) == pytest.approx(1032670.5502435435, rel=1e-9)
+    assert sum(int(a.train[i][1]) for i in range(len(a.train))) == 4558
+
+
+def test_a_synthetic_set_too_large_to_hold_is_made_when_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 224 px the default 6096 images were built as one tensor: 11 GB at the peak and 29 s, in
+    the driver and again in every trial process. Above data.HELD_LIMIT_BYTES they are made when
+    read, from a bank of noise images of half that size."""
+    import tune_batch.workload.data as data
+
+    big = tiny_config(data={"name": "synthetic", "resize": 224, "val_samples": 2000, "synthetic_samples": 4096})
+    ds = build_datasets(big.data, num_classes=10, seed=0)
+    assert isinstance(ds.train, data.MadeWhenRead) and "made when read" in ds.description
+    held = sum(t.numel() * t.element_size() for t in (ds.train.bank, ds.train.patterns))
+    assert held <= data.HELD_LIMIT_BYTES // 2 + 10 * 3 * 224 * 224 * 4
+    assert len(ds.train) == 4096 and len(ds.val) == 2000 and ds.train[0][0].shape == (3, 224, 224)
+    # seeded, and as learnable as the held images: a limit made small sends a small set this way
+    monkeypatch.setattr(data, "HELD_LIMIT_BYTES", 2**20)
+    cfg = tiny_config(data={"name": "synthetic", "resize": 16, "val_samples": 200, "synthetic_samples": 1024})
+    a, b = build_datasets(cfg.data, num_classes=10, seed=1), build_datasets(cfg.data, num_classes=10, seed=1)
+    assert isinstance(a.train, data.MadeWhenRead) and a.train.bank.shape[0] < len(a.train)
+    assert all(torch.equal(a.train[i][0], b.train[i][0]) and a.train[i][1] == b.train[i][1] for i in (0, 5, 1023))
+    assert not torch.equal(a.train[0][0], build_datasets(cfg.data, num_classes=10, seed=2).train[0][0])
+    res = run_trial(cfg, {"batch_size": 16, "lr": 0.05, "num_gpus": 1})
+    assert res.status == "ok" and res.metrics.val_acc > 0.3, res.metrics.val_acc
 
 
 def test_imagefolder(tmp_path: Path) -> None:

@@ -47,7 +47,8 @@ class DataConfig(_Section):
     num_workers: int = Field(0, ge=0)
     """DataLoader worker processes."""
     synthetic_samples: int = Field(4096, gt=0)
-    """Training pool size of the synthetic data set."""
+    """Training pool size of the synthetic data set (held as one tensor up to 512 MiB with the
+    validation images; a larger set, e.g. at 224 px, is made when read from a bank of noise images)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments passed to a ``pkg.module:function`` data builder."""
     worst_case: str = "auto"
