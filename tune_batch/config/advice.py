@@ -66,10 +66,10 @@ _FLOORS = ((re.compile(r"perplexity|ppl"), "a perplexity", 1.0),
 def unreachable_target(config: Config) -> str | None:
     """A given target below what its minimised metric can take (a loss under 0, a perplexity under
     1), which no run reaches; None otherwise (a metric's range unknown from its name included)."""
-    target, metric = config.given_target, config.confirm_metric
-    if target is None or metric is None or metric[1] != "minimize" or config.confirm.candidates == 0:
+    given, metric = config.given_target_at, config.confirm_metric
+    if given is None or metric is None or metric[1] != "minimize" or config.confirm.candidates == 0:
         return None
-    key = "goal.target" if config.goal is not None and config.goal.target is not None else "confirm.target"
+    key, target = given
     for pattern, kind, floor in _FLOORS:
         if pattern.search(metric[0]) and target < floor:
             return (f"{key} = {target:g} is below {floor:g}, which {metric[0]} ({kind}) never goes under: no run "

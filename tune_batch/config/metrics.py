@@ -20,6 +20,11 @@ OBJECTIVE_METRICS: dict[str, str] = {
 }
 
 
+def reached(value: float, target: float, maximize: bool) -> bool:
+    """Whether ``value`` is at ``target`` or past it in the metric's direction."""
+    return value >= target if maximize else value <= target
+
+
 def is_evaluated(name: str) -> bool:
     """Whether ``name`` is a metric the user's evaluation returns (val_* / eval_*), not a built-in one."""
     return name not in OBJECTIVE_METRICS and re.fullmatch(r"(val|eval)_\w+", name) is not None

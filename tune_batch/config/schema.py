@@ -347,10 +347,17 @@ class Config(_Section):
         return name, next((o.direction for o in self.objectives if o.metric == name), "maximize")
 
     @property
+    def given_target_at(self) -> tuple[str, float] | None:
+        """(the key, the value) of the target the user gave: goal.target, else confirm.target (never
+        both); None: the confirmation reads a default one from its runs."""
+        if self.goal is not None and self.goal.target is not None:
+            return "goal.target", self.goal.target
+        return None if self.confirm.target is None else ("confirm.target", self.confirm.target)
+
+    @property
     def given_target(self) -> float | None:
-        """The target the user gave: goal.target, else confirm.target (never both); None: the
-        confirmation reads a default one from its runs."""
-        return self.goal.target if self.goal is not None and self.goal.target is not None else self.confirm.target
+        """The value of ``given_target_at``."""
+        return None if self.given_target_at is None else self.given_target_at[1]
 
     @property
     def metric_names(self) -> list[str]:

@@ -15,15 +15,11 @@ from typing import Any
 from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
 from tune_batch.analysis.points import StepMeans, one_worker_sps, scaling_efficiency
 from tune_batch.config import Config
+from tune_batch.config.metrics import reached
 from tune_batch.decide.predict import estimate_time, predict_time, samples_factor, search_noise_scale
 from tune_batch.decide.target import default_target, level
 from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult
-
-
-def _reached(value: float, target: float, maximize: bool) -> bool:
-    return value >= target if maximize else value <= target
-
 
 #: ``confirm_of`` of the baseline's confirmation runs (``baseline:``; trial ids ``baseline-c<seed>``).
 BASELINE = "baseline"
@@ -59,7 +55,7 @@ def step_before(curve: Sequence[Sequence[float]], target: float | None, maximize
     it: how finely the curve resolves the time to target."""
     prev = 0.0
     for _samples, train_s, acc, *_ in curve if target is not None else []:
-        if _reached(acc, target, maximize):
+        if reached(acc, target, maximize):
             return train_s - prev
         prev = train_s
     return None
@@ -72,7 +68,7 @@ def first_reach(curve: Sequence[Sequence[float]], target: float | None,
     if target is None:
         return None
     for samples, train_s, acc, *_ in curve:
-        if _reached(acc, target, maximize):
+        if reached(acc, target, maximize):
             return train_s, samples
     return None
 
@@ -311,7 +307,8 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, -x.best_acc if up else x.best_acc))
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
     tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
-    length = statistics.median(r.info.planned_samples or r.info.train_samples_done or 0 for r in sum(by.values(), []))
+    length = statistics.median(r.info.planned_samples or r.info.train_samples_done or 0
+                               for rs in by.values() for r in rs)
     steps = StepMeans()
     for r in short_runs:
         steps.observe(r)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from tune_batch.config import Config
+from tune_batch.config.metrics import reached
 from tune_batch.errors import TrialConfigError
 from tune_batch.measure.memory import kept_reading_at, kept_scope
 from tune_batch.store.records import Metrics, Params, Status, TrialInfo, TrialResult
@@ -88,7 +89,7 @@ class _Run:
     gns: NoiseScale | None
     memory: RunMemory
     worst: WorstCase | None
-    total: int = 0  # the steps the run was to train (more than ``steps``: ``until`` ended it)
+    total: int  # the steps the run was to train (more than ``steps``: ``until`` ended it)
 
 
 def _curve(config: Config, params: Params, device: torch.device, start: float, extra: dict[str, Any] | None,
@@ -174,11 +175,10 @@ def stop_at_target(config: Config) -> Callable[[float], bool] | None:
     reaches the given target (``goal.target``, else ``confirm.target``) in the metric's direction;
     None without a given target (the default one is set from the runs' own curves) or with the
     option off."""
-    target = config.given_target
-    if target is None or not config.confirm.stop_at_target or config.confirm_metric is None:
+    target, metric = config.given_target, config.confirm_metric
+    if target is None or not config.confirm.stop_at_target or metric is None:
         return None
-    up = config.confirm_metric[1] == "maximize"
-    return lambda v: math.isfinite(v) and (v >= target if up else v <= target)
+    return lambda v: math.isfinite(v) and reached(v, target, metric[1] == "maximize")
 
 
 def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: int | str | None = None,
