@@ -11,6 +11,7 @@ import yaml
 
 from tests.conftest import REPO, tiny_config
 from tune_batch.backends.ray import plan_resources
+from tune_batch.backends.ray.data_parallel import LAUNCHER
 from tune_batch.pipeline.search import search
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -51,6 +52,70 @@ def test_oom_or_hang_on_one_worker_ends_the_group_once(tmp_path: Path, monkeypat
         hung["reason"]
     assert hung["duration_s"] >= hung["info"]["group_start_s"] + 15
     assert single["status"] == "ok", single["reason"]  # the hung group's CPUs came back
+
+
+def test_ranks_of_a_node_are_contiguous_and_share_its_gpus() -> None:
+    from tune_batch.backends.ray.group import assign_ranks
+
+    # four actors on two nodes, created interleaved, Ray GPU ids as Ray gave them
+    ranks = assign_ranks([("a", [3]), ("b", [0]), ("a", [1]), ("b", [1])])
+    assert [r.rank for r in ranks] == [1, 2, 0, 3]  # node a's first (by GPU id), then node b's
+    assert [(r.node_rank, r.local_rank, r.local_world) for r in ranks] == [(0, 1, 2), (1, 0, 2), (0, 0, 2), (1, 1, 2)]
+    assert ranks[0].visible_gpus == (1, 3) and ranks[0].device == 1  # GPU 3 is the second of node a's
+    assert ranks[2].device == 0 and ranks[1].visible_gpus == (0, 1)
+    env = ranks[0].env("10.0.0.1", 29500)
+    assert env["CUDA_VISIBLE_DEVICES"] == "1,3" and env["RANK"] == "1" and env["LOCAL_RANK"] == "1"
+    assert env["MASTER_ADDR"] == "10.0.0.1" and env["WORLD_SIZE"] == "4"
+    cpu = assign_ranks([("a", []), ("a", [])])  # CPU workers: no device, nothing set for CUDA
+    assert [r.device for r in cpu] == [None, None] and "CUDA_VISIBLE_DEVICES" not in cpu[0].env("h", 1)
+
+
+@pytest.mark.serial
+def test_a_group_whose_trial_process_is_ended_goes_with_it_and_its_reservation_is_released(tmp_path: Path) -> None:
+    """A trial process ended while its worker group runs (a lost node, Ray's memory monitor): its
+    workers end with it (Ray ends the actors a dead process owned), and the driver's sweep
+    releases the group's placement group, which would otherwise hold its CPUs until the job ends."""
+    import time
+
+    import ray
+
+    from tests.workloads import pid_then_wait
+    from tune_batch.backends.ray.cleanup import release_orphaned_groups
+    from tune_batch.backends.ray.group import run_group
+    from tune_batch.backends.ray.session import ray_session
+
+    def until(what, timeout_s: float = 60.0):  # noqa: ANN001, ANN202
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            got = what()
+            if got:
+                return got
+            time.sleep(0.25)
+        raise AssertionError(f"not within {timeout_s} s")
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    with ray_session(None) as cluster:
+        @ray.remote(num_cpus=0)
+        class Trial:
+            def go(self) -> object:
+                return run_group(pid_then_wait, {"dir": str(tmp_path)}, n=2, cpus_per_worker=0.5, use_gpu=False,
+                                 allowance=lambda elapsed: 600.0)
+
+        trial = Trial.remote()
+        trial.go.remote()
+        pids = until(lambda: [int(p.read_text()) for p in sorted(tmp_path.glob("*.pid"))]
+                     if len(list(tmp_path.glob("*.pid"))) == 2 else None)
+        assert all(alive(p) for p in pids)
+        ray.kill(trial)
+        until(lambda: not any(alive(p) for p in pids), 30)  # the workers went with their owner
+        assert until(release_orphaned_groups, 30)  # the reservation they held, released
+        until(lambda: ray.available_resources().get("CPU", 0) == cluster["CPU"], 30)
 
 
 def test_resource_plan_without_gpus() -> None:
@@ -159,7 +224,7 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
         (rec,) = _records(tmp_path / "run")  # in the driver's run directory
         assert rec["status"] == "ok", rec["reason"]
         info, m = rec["info"], rec["metrics"]
-        assert info["world_size"] == 2 and info["launcher"] == "ray.train.torch.TorchTrainer"
+        assert info["world_size"] == 2 and info["launcher"] == LAUNCHER
         assert len(info["node_ids"]) == 2  # one worker on each node
         assert info["per_worker_batch"] == 32 and info["short_batches"] == 0
         assert info["train_samples_done"] == 1024 and info["timed_samples"] == info["timed_steps"] * 64  # global
@@ -263,5 +328,5 @@ def test_probe_measures_a_data_parallel_config_on_a_worker_group(tmp_path: Path,
     assert code == 0, out
     (rec,) = _records(tmp_path / "p")
     assert rec["status"] == "ok" and rec["params"]["num_gpus"] == 2 and rec["info"]["world_size"] == 2
-    assert rec["info"]["launcher"] == "ray.train.torch.TorchTrainer" and rec["metrics"]["samples_per_s"] > 0
-    assert "  workers           2 (a Ray Train worker group, started in" in out and "warning" not in out, out
+    assert rec["info"]["launcher"] == LAUNCHER and rec["metrics"]["samples_per_s"] > 0
+    assert "  workers           2 (a worker group of Ray actors, started in" in out and "warning" not in out, out

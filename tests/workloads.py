@@ -305,3 +305,14 @@ def slow_to_build(delay_s: float = 60.0, started: str = ""):
         pathlib.Path(started).write_text("loading")
     time.sleep(delay_s)
     return _DictBatches(), _DictBatches()
+
+
+def pid_then_wait(loop_config: dict, rank: object) -> None:
+    """A worker group's loop that writes its process id to ``loop_config["dir"]`` and then waits
+    for good (a rank still running when its trial's process is ended)."""
+    import os
+    import time
+    from pathlib import Path
+
+    Path(loop_config["dir"], f"{rank.rank}.pid").write_text(str(os.getpid()))  # type: ignore[attr-defined]
+    time.sleep(3600)

@@ -165,8 +165,8 @@ class ResourcesConfig(_Section):
 
 class SearchConfig(_Section):
     backend: Literal["ray", "optuna"] = "ray"
-    """ray: trials as Ray Tune trials (a local instance or a cluster; data-parallel trials on Ray
-    Train); optuna: plain Optuna in this process (one-worker trials only)."""
+    """ray: trials as Ray Tune trials (a local instance or a cluster; data-parallel trials on a
+    group of Ray actors); optuna: plain Optuna in this process (one-worker trials only)."""
     sampler: Literal["tpe", "nsga2", "gp", "random"] = "gp"
     """gp (with ``scale_probe``): scripts/bench_search.py's default, judged by the worst case over
     eight measured grids and four memory caps at 25 % of the grid (see docs/benchmarks.md,

@@ -82,8 +82,9 @@ def render_probe(res: TrialResult, trace_steps: int | None = None) -> str:
     util_how = info.device_util_method or ("CPU time / (wall x threads)" if info.device_util_raw is not None else "")
     lines += [
         f"  device            {info.device}",
-        *([f"  workers           {info.world_size} (a Ray Train worker group, started in {info.group_start_s:.1f} s; "
-           f"samples/s and step time are the group's, the rest rank 0's)"] if (info.world_size or 1) > 1
+        *([f"  workers           {info.world_size} (a worker group of Ray actors, started in "
+           f"{info.group_start_s:.1f} s; samples/s and step time are the group's, the rest rank 0's)"]
+          if (info.world_size or 1) > 1
           and info.group_start_s is not None else []),
         f"  samples_per_s     {m.samples_per_s:.1f}   ({_probe_window(res)})",
         f"  step_time_s       {(m.step_time_s or nan) * 1000:.2f} ms",

@@ -108,7 +108,7 @@ def _run_probe(config: Config, out: RunDir, params: Params, address: str | None 
                             f"a probe there would rewrite its config.yaml and mix its records; give the probe its "
                             f"own --output")
         out.prepare(config, force=True)
-        if params.num_gpus > 1:  # a worker group, as a search's data-parallel trial runs (Ray Train)
+        if params.num_gpus > 1:  # a worker group, as a search's data-parallel trial runs
             from tune_batch.backends.ray.search import measure_group
 
             res = measure_group(config, params, out, address=address)

@@ -1,7 +1,7 @@
 """The Ray backend, the only place that imports ray: ``session`` (connect or start a local
 instance), ``resources`` (what a trial asks for), ``searcher`` (OptunaSearch through the Optuna
-seam), ``trainable`` (one trial, with the ``watchdog``), ``data_parallel`` (Ray Train worker
-groups), ``callbacks`` (records and progress on the driver), ``cleanup`` (orphaned worker
+seam), ``trainable`` (one trial, with the ``watchdog``), ``data_parallel`` (data-parallel
+trials on a ``group`` of Ray actors), ``callbacks`` (records and progress on the driver), ``cleanup`` (orphaned worker
 groups) and ``search`` (the Tuner, and the session whose two verbs run trials and planned jobs)."""
 
 from __future__ import annotations

@@ -19,13 +19,12 @@ log = logging.getLogger("tune_batch")
 
 def release_orphaned_groups() -> list[str]:
     """Remove the placement groups whose creating actor is dead: the worker group reservation of
-    a Ray Train controller that died with its trial's process (a hung group's trial is ended by
-    raising, see ``trainable``). Ray Train's own cleaner asks the state API whether the
-    controller is alive, and that API is served by Ray's dashboard, which tune_batch does not
-    start; without this sweep the group's CPUs and GPUs stay reserved and the search waits
-    forever. Only this job's placement groups are looked at, and one made by a driver (Tune's
-    own) or a detached actor is never touched. Uses Ray 2.60's private GCS table (Ray is
-    pinned). Returns the removed ids."""
+    a trial process that was ended while its group ran (``group.run_group`` releases it on every
+    path it returns by; an actor's placement group otherwise lives until the job ends). Without
+    this sweep the group's CPUs and GPUs stay reserved and the search waits forever. Only this
+    job's placement groups are looked at, and one made by a driver (Tune's own) or a detached
+    actor is never touched. Uses Ray 2.60's private GCS table (Ray is pinned). Returns the
+    removed ids."""
     from ray._private.state import state
     from ray.core.generated import gcs_pb2
     from ray.util.placement_group import PlacementGroup, remove_placement_group

@@ -1,26 +1,24 @@
-"""Data-parallel trials: ``num_gpus`` = n > 1 workers through a Ray Train ``TorchTrainer``
-launched from the Tune trial (nccl on CUDA; gloo CPU worker processes without GPUs, so the same
-path runs everywhere).
+"""Data-parallel trials: ``num_gpus`` = n > 1 workers on a worker group of Ray actors
+(``group``) launched from the Tune trial (nccl on CUDA; gloo CPU worker processes without GPUs,
+so the same path runs everywhere).
 
 Every rank runs the same measured training (``trial.measure``); a fault on any rank is raised,
-so Ray Train tears the whole group down at once (no rank waits in a collective), and the
-driver turns the workers' exceptions into one record with ``trial.classify``: ``oom`` when any
-worker ran out of memory, ``failed`` otherwise.
+the trial's process ends the whole group at once (no rank waits in a collective), and turns the
+workers' exceptions into one record with ``trial.classify``: ``oom`` when any worker ran out of
+memory, ``failed`` otherwise.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
-import ray.train
-from ray.train.torch import TorchTrainer
 
-from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog, seconds_from_env
+from tune_batch.backends.ray.group import Rank, run_group
+from tune_batch.backends.ray.watchdog import hang_grace_s, seconds_from_env
 from tune_batch.config import Config, config_from_dict
 from tune_batch.config.callables import install, registered
 from tune_batch.errors import TrialConfigError
@@ -28,7 +26,7 @@ from tune_batch.measure.oom import is_oom_error
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
 
-LAUNCHER = "ray.train.torch.TorchTrainer"
+LAUNCHER = "tune_batch.backends.ray.group.run_group"
 KV_NAMESPACE = "tune_batch"  # Ray's key-value store (GCS): every node and Ray Client see it
 
 
@@ -39,13 +37,13 @@ def _started_prefix(token: str) -> str:
 class GroupStart:
     """When the driver saw every rank of a worker group enter the training function: each rank
     writes a key to Ray's key-value store on entry (a file would not reach the driver from
-    another node). Starting a group costs 13-22 s on a 2-core machine, mostly importing torch
-    and Ray Train in fresh processes, so a group's clock for ``budget.trial_timeout_s`` starts
-    here, not when ``fit()`` was called."""
+    another node). Starting a group costs seconds (fresh processes that import torch, the
+    rendezvous), more on a busy machine, so a group's clock for ``budget.trial_timeout_s`` starts
+    here, not when the group was asked for."""
 
     def __init__(self, n: int, token: str) -> None:
         self.n, self.token = n, token
-        self.at: float | None = None  # seconds after fit() was called
+        self.at: float | None = None  # seconds after the group was asked for
         self.seen = 0
 
     def poll(self, elapsed: float) -> float | None:
@@ -69,14 +67,13 @@ def _mark_started(token: str, rank: int) -> None:
     _internal_kv_put(f"{_started_prefix(token)}{rank}", b"1", namespace=KV_NAMESPACE)
 
 
-def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
+def _worker_loop(loop_config: dict[str, Any], rank: Rank) -> dict[str, Any] | None:
     import torch
 
     from tune_batch.trial import Placement, measure
 
-    ctx = ray.train.get_context()
-    _mark_started(loop_config["start_token"], ctx.get_world_rank())
-    placement = Placement(rank=ctx.get_world_rank(), world=ctx.get_world_size(), threads=loop_config["threads"],
+    _mark_started(loop_config["start_token"], rank.rank)
+    placement = Placement(rank=rank.rank, world=rank.world, threads=loop_config["threads"],
                           node_id=str(ray.get_runtime_context().get_node_id()))
     torch.set_num_threads(loop_config["threads"])
     install(loop_config.get("callables"))  # Python callables the driver's config names
@@ -93,8 +90,8 @@ def _worker_loop(loop_config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _failures(exc: BaseException) -> list[BaseException]:
-    """The exception and everything inside it: causes, and the workers' own exceptions of a Ray
-    Train failure (pinned Ray: ``worker_failures``)."""
+    """The exception and everything inside it: causes, and the workers' own exceptions of a
+    group's failure (``group.GroupError.worker_failures``)."""
     found: list[BaseException] = []
     seen: set[int] = set()
     stack: list[BaseException] = [exc]
@@ -128,44 +125,26 @@ def classify_failure(exc: BaseException) -> tuple[Status, str]:
 
 
 def group_start_slack_s() -> float:
-    """Seconds a worker group may take until every worker runs the training function (13-22 s
-    were measured on a 2-core machine); ``TUNE_BATCH_GROUP_START_SLACK_S`` overrides it."""
+    """Seconds a worker group may take until every worker runs the training function (up to 22 s
+    were measured on a busy 2-core machine); ``TUNE_BATCH_GROUP_START_SLACK_S`` overrides it."""
     return seconds_from_env("TUNE_BATCH_GROUP_START_SLACK_S", 60.0)
-
-
-@dataclass(frozen=True)
-class GroupOutcome:
-    """A data-parallel trial's record, and whether its worker group is still running (hung):
-    then the caller must end its process, so that Ray ends the group it owns."""
-
-    result: TrialResult
-    group_alive: bool = False
 
 
 def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir: str | Path, cpus_per_worker: float,
                       threads_per_worker: int, use_gpu: bool, validate: bool = True,
-                      extra: dict[str, Any] | None = None, confirm_of: Any = None) -> GroupOutcome:
-    """One ``num_gpus`` > 1 trial (or, with ``confirm_of``, a confirmation run at length) on a Ray
-    Train worker group; never raises for trial faults. A group whose workers are not all running
-    after the start-up slack, or still running its time limit (``budget.trial_timeout_s``; a
-    confirmation run's scaled to its length) + the hang grace after they all started, ends as
-    failed."""
+                      extra: dict[str, Any] | None = None, confirm_of: Any = None) -> TrialResult:
+    """One ``num_gpus`` > 1 trial (or, with ``confirm_of``, a confirmation run at length) on a
+    worker group; never raises for trial faults. A group whose workers are not all running after
+    the start-up slack, or still running its time limit (``budget.trial_timeout_s``; a
+    confirmation run's scaled to its length) + the hang grace after they all started, is ended
+    and recorded as failed. The group's processes and reservation are released before it
+    returns."""
     start = time.perf_counter()
     n = params.num_gpus
     token = uuid.uuid4().hex
-    trainer = TorchTrainer(
-        _worker_loop,
-        train_loop_config={"config": config.to_dict(), "params": params.to_dict(), "trial_id": trial_id,
-                           "start_token": token,
-                           "callables": registered(),
-                           "threads": threads_per_worker, "run_dir": str(run_dir), "validate": validate,
-                           "extra": extra, "confirm_of": confirm_of},
-        scaling_config=ray.train.ScalingConfig(num_workers=n, use_gpu=use_gpu, resources_per_worker={
-            "CPU": cpus_per_worker, **({"GPU": 1.0} if use_gpu else {})}),
-        run_config=ray.train.RunConfig(name=f"trial-{trial_id}-{uuid.uuid4().hex[:8]}",
-                                       storage_path=str((Path(run_dir) / "ray_train").resolve()),
-                                       failure_config=ray.train.FailureConfig(max_failures=0)),
-    )
+    loop_config = {"config": config.to_dict(), "params": params.to_dict(), "trial_id": trial_id, "start_token": token,
+                   "callables": registered(), "threads": threads_per_worker, "run_dir": str(run_dir),
+                   "validate": validate, "extra": extra, "confirm_of": confirm_of}
     slack, grace = group_start_slack_s(), hang_grace_s()
     if confirm_of is not None:
         from tune_batch.trial.curve import confirm_timeout_s
@@ -180,7 +159,8 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
         return slack if at is None else at + run_s
 
     try:
-        outcome = run_with_watchdog(trainer.fit, allowance, f"tune_batch-dp-{trial_id}")
+        outcome = run_group(_worker_loop, loop_config, n=n, cpus_per_worker=cpus_per_worker, use_gpu=use_gpu,
+                            allowance=allowance)
     finally:
         started.clear()
     took = time.perf_counter() - start
@@ -195,14 +175,13 @@ def run_data_parallel(config: Config, params: Params, *, trial_id: Any, run_dir:
                       f"({'the confirmation run' if confirm_of is not None else 'budget.trial_timeout_s'}'s limit + "
                       f"{grace:g} s grace); "
                       f"its workers were stopped")
-        return GroupOutcome(TrialResult(trial_id, params, Status.FAILED, reason, duration_s=took, info=info), True)
+        return TrialResult(trial_id, params, Status.FAILED, reason, duration_s=took, info=info)
     if outcome.error is not None:
         status, reason = classify_failure(outcome.error)
-        return GroupOutcome(TrialResult(trial_id, params, status, reason, duration_s=took, info=info))
-    rec = getattr(outcome.value, "return_value", None)
+        return TrialResult(trial_id, params, status, reason, duration_s=took, info=info)
+    rec = outcome.value
     if not isinstance(rec, dict):
-        return GroupOutcome(TrialResult(trial_id, params, Status.FAILED, "the worker group returned no record",
-                                        duration_s=took, info=info))
+        return TrialResult(trial_id, params, Status.FAILED, "the worker group returned no record", duration_s=took,
+                           info=info)
     res = TrialResult.from_record(rec)
-    return GroupOutcome(res.replace(duration_s=took, info=res.info.with_(
-        world_size=n, launcher=LAUNCHER, group_start_s=started.at)))
+    return res.replace(duration_s=took, info=res.info.with_(world_size=n, launcher=LAUNCHER, group_start_s=started.at))

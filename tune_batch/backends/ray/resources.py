@@ -50,7 +50,8 @@ class ResourcePlan:
         return round(max(TRIAL_CPU_FOR_GROUP, share - TRIAL_CPU_FOR_GROUP), 4)
 
     def request(self, n: int) -> dict[str, float]:
-        """The Tune trial's own bundle; a group's workers are placed by Ray Train."""
+        """The Tune trial's own bundle; a group's workers get their own
+        placement group (``group``)."""
         if n == 1:
             return {"CPU": self.cpus_one_worker, **({"GPU": 1.0} if self.gpus else {})}
         return {"CPU": TRIAL_CPU_FOR_GROUP}

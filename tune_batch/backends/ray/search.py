@@ -146,7 +146,7 @@ def session(config: Config, run_dir: RunDir, *, address: str | None, verbose: bo
 
 
 def measure_group(config: Config, params: Params, run_dir: RunDir, *, address: str | None = None) -> TrialResult:
-    """One data-parallel trial (``params.num_gpus`` > 1) on a Ray Train worker group, on the path
+    """One data-parallel trial (``params.num_gpus`` > 1) on a worker group of Ray actors, on the path
     a search's trial takes, from this process (``probe --num-gpus``): a local Ray instance started
     here, or the cluster at ``address``. UserError where the cluster has too few GPUs (or CPUs)."""
     from tune_batch.backends.ray.data_parallel import run_data_parallel
@@ -161,4 +161,4 @@ def measure_group(config: Config, params: Params, run_dir: RunDir, *, address: s
                             f"with --address")
         return run_data_parallel(config, params, trial_id="probe", run_dir=run_dir.path.resolve(),
                                  cpus_per_worker=plan.worker_cpus(n), threads_per_worker=plan.threads(n),
-                                 use_gpu=plan.gpus > 0).result
+                                 use_gpu=plan.gpus > 0)

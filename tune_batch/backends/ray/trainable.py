@@ -1,5 +1,5 @@
 """The Tune function of one trial: the policy's verdict, then the measurement (here for one
-worker, on a Ray Train worker group for several), then one report to Tune."""
+worker, on a worker group of Ray actors for several), then one report to Tune."""
 
 from __future__ import annotations
 
@@ -65,9 +65,9 @@ def _one_worker(config: Config, params: Params, trial_id: Any, run_dir: str,
 
 def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir: str, plan: ResourcePlan,
                   callables: dict[str, Any] | None = None) -> None:
-    """Measure one trial and report it. A trial that hangs (one worker) or a worker group that
-    does not end reports its record first, then raises, so Ray discards this process and with
-    it what hangs and what it owns."""
+    """Measure one trial and report it. A one-worker trial that hangs reports its record first,
+    then raises, so Ray discards this process and with it what hangs (a worker group that hangs
+    is ended by ``run_data_parallel`` itself)."""
     install(callables)  # Python callables the driver's config names (notebooks)
     config = config_from_dict(config_dict)
     if spec.get("seed") is not None:  # a repeat of a searched config with another seed
@@ -86,11 +86,10 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
     elif params.num_gpus > 1:
         from tune_batch.backends.ray.data_parallel import run_data_parallel
 
-        group = run_data_parallel(config, params, trial_id=trial_id, run_dir=run_dir,
-                                  cpus_per_worker=plan.worker_cpus(params.num_gpus),
-                                  threads_per_worker=plan.threads(params.num_gpus), use_gpu=plan.gpus > 0,
-                                  confirm_of=spec.get("confirm_of"))
-        result, hung = group.result, group.group_alive
+        result = run_data_parallel(config, params, trial_id=trial_id, run_dir=run_dir,
+                                   cpus_per_worker=plan.worker_cpus(params.num_gpus),
+                                   threads_per_worker=plan.threads(params.num_gpus), use_gpu=plan.gpus > 0,
+                                   confirm_of=spec.get("confirm_of"))
     else:
         result, hung = _one_worker(config, params, trial_id, run_dir, spec.get("confirm_of"))
     if spec.get("rung") is not None:
