@@ -58,14 +58,16 @@ def test_ranks_of_a_node_are_contiguous_and_share_its_gpus() -> None:
     from tune_batch.backends.ray.group import assign_ranks
 
     # four actors on two nodes, created interleaved, Ray GPU ids as Ray gave them
-    ranks = assign_ranks([("a", [3]), ("b", [0]), ("a", [1]), ("b", [1])])
-    assert [r.rank for r in ranks] == [1, 2, 0, 3]  # node a's first (by GPU id), then node b's
+    ranks = assign_ranks([("a", ["10"]), ("b", ["0"]), ("a", ["2"]), ("b", ["1"])])
+    assert [r.rank for r in ranks] == [1, 2, 0, 3]  # node a's first (by GPU id, as numbers), then node b's
     assert [(r.node_rank, r.local_rank, r.local_world) for r in ranks] == [(0, 1, 2), (1, 0, 2), (0, 0, 2), (1, 1, 2)]
-    assert ranks[0].visible_gpus == (1, 3) and ranks[0].device == 1  # GPU 3 is the second of node a's
-    assert ranks[2].device == 0 and ranks[1].visible_gpus == (0, 1)
+    assert ranks[0].visible_gpus == ("2", "10") and ranks[0].device == 1  # GPU 10 is the second of node a's
+    assert ranks[2].device == 0 and ranks[1].visible_gpus == ("0", "1")
     env = ranks[0].env("10.0.0.1", 29500)
-    assert env["CUDA_VISIBLE_DEVICES"] == "1,3" and env["RANK"] == "1" and env["LOCAL_RANK"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,10" and env["RANK"] == "1" and env["LOCAL_RANK"] == "1"
     assert env["MASTER_ADDR"] == "10.0.0.1" and env["WORLD_SIZE"] == "4"
+    uuids = assign_ranks([("a", ["GPU-b2"]), ("a", ["GPU-a1"])])  # ids that are not numbers: in name order
+    assert [r.rank for r in uuids] == [1, 0] and uuids[0].env("h", 1)["CUDA_VISIBLE_DEVICES"] == "GPU-a1,GPU-b2"
     cpu = assign_ranks([("a", []), ("a", [])])  # CPU workers: no device, nothing set for CUDA
     assert [r.device for r in cpu] == [None, None] and "CUDA_VISIBLE_DEVICES" not in cpu[0].env("h", 1)
 

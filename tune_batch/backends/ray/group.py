@@ -44,7 +44,7 @@ class Rank:
     local_rank: int
     local_world: int
     node_rank: int
-    visible_gpus: tuple[int, ...]  # the node's GPUs, shared by its ranks (empty without GPUs)
+    visible_gpus: tuple[str, ...]  # the node's GPUs as Ray names them, shared by its ranks (none without GPUs)
     device: int | None  # this rank's index among them
 
     def env(self, master_addr: str, master_port: int) -> dict[str, str]:
@@ -52,32 +52,38 @@ class Rank:
                "LOCAL_WORLD_SIZE": str(self.local_world), "NODE_RANK": str(self.node_rank),
                "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
         if self.visible_gpus:
-            out["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.visible_gpus)
+            out["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
         return out
 
 
-def assign_ranks(where: list[tuple[str, list[int]]]) -> list[Rank]:
-    """Ranks for actors at ``where`` ((node id, its Ray GPU ids) per actor, in creation order):
-    a node's actors get contiguous ranks (nodes in order of first appearance, then by GPU id),
-    and share the union of their GPU ids as ``CUDA_VISIBLE_DEVICES``. Returns one Rank per actor,
-    in the actors' order."""
+def _gpu_order(gpu: str) -> tuple[int, int, str]:
+    """GPU ids in numeric order ("2" before "10"); ids that are not numbers (UUIDs) after them."""
+    return (0, int(gpu), "") if gpu.isdigit() else (1, 0, gpu)
+
+
+def assign_ranks(where: list[tuple[str, list[str]]]) -> list[Rank]:
+    """Ranks for actors at ``where`` ((node id, its GPU ids as Ray gives them) per actor, in
+    creation order): a node's actors get contiguous ranks (nodes in order of first appearance,
+    then by GPU id), and share the union of their GPU ids as ``CUDA_VISIBLE_DEVICES``. Returns one
+    Rank per actor, in the actors' order."""
     nodes = list(dict.fromkeys(node for node, _ in where))
-    order = sorted(range(len(where)), key=lambda i: (nodes.index(where[i][0]), sorted(where[i][1]), i))
+    mine = [sorted(gpus, key=_gpu_order) for _, gpus in where]
+    order = sorted(range(len(where)), key=lambda i: (nodes.index(where[i][0]), [_gpu_order(g) for g in mine[i]], i))
     ranks: dict[int, Rank] = {}
     for r, i in enumerate(order):
-        node, gpus = where[i]
+        node = where[i][0]
         mates = [j for j in order if where[j][0] == node]
-        visible = tuple(sorted({g for j in mates for g in where[j][1]}))
+        visible = tuple(sorted({g for j in mates for g in mine[j]}, key=_gpu_order))
         ranks[i] = Rank(rank=r, world=len(where), local_rank=mates.index(i), local_world=len(mates),
                         node_rank=nodes.index(node), visible_gpus=visible,
-                        device=visible.index(min(gpus)) if gpus else None)
+                        device=visible.index(mine[i][0]) if mine[i] else None)
     return [ranks[i] for i in range(len(where))]
 
 
 @ray.remote
 class _RankActor:
-    def where(self) -> tuple[str, list[int], str]:
-        ids = [int(g) for g in ray.get_gpu_ids()]
+    def where(self) -> tuple[str, list[str], str]:
+        ids = [str(g) for g in ray.get_gpu_ids()]
         return str(ray.get_runtime_context().get_node_id()), ids, ray.util.get_node_ip_address()
 
     def free_port(self) -> int:
