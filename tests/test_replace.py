@@ -92,3 +92,20 @@ def test_a_replacement_keeps_the_gpu_count_of_the_candidate_it_replaces() -> Non
     runs = [_run(t, MISSES if t is two[0] else REACHES) for t in first]
     picks = replacements(cfg, short + runs)
     assert list(picks) == [two[0].trial_id] and picks[two[0].trial_id].params.num_gpus == 2
+
+
+def test_a_gpu_count_is_stood_for_by_its_most_promising_config_not_its_fastest() -> None:
+    """Seen on the quickstart over num_gpus [1, 2]: the two-worker candidates were the fastest
+    two-worker configs at lr 0.087 and 0.0026 (val_acc 0.48 at the short budget); neither reached
+    the target, and batch 64 at lr 0.023 (0.84) was never confirmed: the GPU count was decided
+    by configs that could not learn. Now a count's candidate is its most accurate, and its
+    second look the next most promising of that count."""
+    cfg = _config(space={"num_gpus": [1, 2]})
+    two = [_rec(5, 0.48, b=512, lr=0.087, gpus=2), _rec(6, 0.84, b=64, lr=0.023, gpus=2),
+           _rec(7, 0.81, b=32, lr=0.03, gpus=2), _rec(8, 0.47, b=128, lr=0.0026, gpus=2)]
+    short = [*SHORT, *two]
+    first = confirm_candidates(build_report(cfg, short))
+    assert [t.params.num_gpus for t in first] == [1, 1, 2], [t.params for t in first]
+    assert first[2].trial_id == 6  # the count's most accurate, not 5, the fastest config of all
+    runs = [_run(t, MISSES if t.trial_id == 6 else REACHES) for t in first]
+    assert {k: v.trial_id for k, v in replacements(cfg, short + runs).items()} == {6: 7}

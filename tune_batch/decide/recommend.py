@@ -40,13 +40,15 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     noise scale), then the others by the repeats' order (best in each objective, nearest to the
     ideal point). The fastest config overall is not one of them for its speed alone: at
     a learning rate too low it never reaches the target (in 7 of the decision benchmark's 18
-    stored searches, before this order). When the short trials learned nothing, the feasible
-    configs spread over the searched learning rates (``spread``; at least ``SPREAD_AT_LEAST``):
-    which fell furthest in a short run is noise when none learned. One config is confirmed once:
-    a sampler can propose the same params twice (at a bound of the space, e.g. lr 0.1), and a
-    second candidate of the same config would repeat its runs seed for seed and leave one out of
-    the prediction only to find itself among the others (3 of 93 stored searches confirmed one
-    config twice)."""
+    stored searches, before this order). Each GPU count searched that the first ``n`` leave out
+    adds its own most promising config by the same rule among its configs (its most accurate):
+    how many GPUs is measured at length, not assumed. When the short trials learned nothing,
+    the feasible configs spread over the searched learning rates (``spread``; at least
+    ``SPREAD_AT_LEAST``): which fell furthest in a short run is noise when none learned. One
+    config is confirmed once: a sampler can propose the same params twice (at a bound of the
+    space, e.g. lr 0.1), and a second candidate of the same config would repeat its runs seed
+    for seed and leave one out of the prediction only to find itself among the others (3 of 93
+    stored searches confirmed one config twice)."""
     n = report.config.confirm.candidates if n is None else n
     if n <= 0:
         return []
@@ -54,31 +56,53 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
         m = max(n, SPREAD_AT_LEAST)
         return _every_gpu_count(spread([p.trial for p in report.points.values()], m), m)
     rest = candidates(report, len(report.points))  # the recommended one first
+    promising = _Promise(report)
+    ordered = _distinct([*rest[:1], *promising.first(rest), *rest])
+    by_count = [r for c in sorted({r.params.num_gpus for r in rest}) for r in gpu_count_order(report, c, rest)]
+    return _every_gpu_count(ordered, n, by_count)
 
-    name, direction = report.config.confirm_metric or ("val_acc", "maximize")
-    sign = 1.0 if direction == "maximize" else -1.0
 
-    def acc(r: TrialResult) -> float | None:  # the target metric, larger is better
-        v = report.stat(r, name)[0]
-        return None if v is None else sign * v
+class _Promise:
+    """How promising a config is for the confirmation's target: its short-budget value of the
+    target metric (larger is better), and its seconds per unit of progress toward a common
+    target as the time-to-target prediction models it: (1 + B / B_noise) samples each at the
+    step's samples/s (1 / samples/s where the search measured no noise scale)."""
 
-    b_noise, _ = search_noise_scale([*report.records, *report.repeats])
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        self.name, direction = report.config.confirm_metric or ("val_acc", "maximize")
+        self.sign = 1.0 if direction == "maximize" else -1.0
+        self.b_noise, _ = search_noise_scale([*report.records, *report.repeats])
 
-    def time_per_progress(r: TrialResult) -> float:
-        # seconds per unit of progress toward a common target, as the time-to-target prediction
-        # models it: (1 + B / B_noise) samples each at the step's samples/s (1 / samples/s where
-        # the search measured no noise scale)
-        sps = report.stat(r, "samples_per_s")[0] or 0.0
-        return (samples_factor(b_noise, r.params.batch_size) if b_noise else 1.0) / sps if sps > 0 else math.inf
+    def acc(self, r: TrialResult) -> float | None:
+        v = self.report.stat(r, self.name)[0]
+        return None if v is None else self.sign * v
 
-    learned = [r for r in rest if acc(r) is not None]
-    first = rest[:1]
-    if learned:
-        top = max(map(acc, learned))
-        f = report.config.confirm.target_fraction or 0.95  # within this share of the best (its inverse for a loss)
-        near_top = [r for r in learned if acc(r) >= (f * top if sign > 0 else top / f)]
-        first += [max(learned, key=acc), *sorted(near_top, key=time_per_progress)]
-    return _every_gpu_count(_distinct([*first, *rest]), n)
+    def time_per_progress(self, r: TrialResult) -> float:
+        sps = self.report.stat(r, "samples_per_s")[0] or 0.0
+        if sps <= 0:
+            return math.inf
+        return (samples_factor(self.b_noise, r.params.batch_size) if self.b_noise else 1.0) / sps
+
+    def first(self, pool: Sequence[TrialResult]) -> list[TrialResult]:
+        """The most accurate of ``pool``, then those within ``confirm.target_fraction`` (0.95) of
+        it (its inverse for a loss), soonest first."""
+        learned = [r for r in pool if self.acc(r) is not None]
+        if not learned:
+            return []
+        top = max(map(self.acc, learned))
+        f = self.report.config.confirm.target_fraction or 0.95
+        near_top = [r for r in learned if self.acc(r) >= (f * top if self.sign > 0 else top / f)]
+        return [max(learned, key=self.acc), *sorted(near_top, key=self.time_per_progress)]
+
+
+def gpu_count_order(report: Report, num_gpus: int, ordered: Sequence[TrialResult] | None = None) -> list[TrialResult]:
+    """The configs of one GPU count in the order confirmation would take them for that count:
+    its most accurate, those near it soonest first, then the rest in ``ordered``'s order (the
+    repeats' order by default)."""
+    pool = [r for r in (ordered if ordered is not None else candidates(report, len(report.points)))
+            if r.params.num_gpus == num_gpus]
+    return _distinct([*_Promise(report).first(pool), *pool])
 
 
 def confirm_order(report: Report) -> list[TrialResult]:
@@ -121,10 +145,13 @@ def replacements(config: Config, records: Sequence[TrialResult]) -> dict[object,
     reached = {x.trial.trial_id for x in conf.candidates if x.time_to_target_s is not None}
     rest = [t for t in confirm_order(base) if t.trial_id not in first_ids]
     out: dict[object, TrialResult] = {}
-    for t in first:  # a candidate whose runs all failed did not reach it either
+    for i, t in enumerate(first):  # a candidate whose runs all failed did not reach it either
         if t.trial_id in reached or not rest:
             continue
-        same = [r for r in rest if r.params.num_gpus == t.params.num_gpus]
+        # one that stands for its GPU count is replaced by that count's next most promising
+        pool = gpu_count_order(base, t.params.num_gpus) if i >= c.candidates else rest
+        left = {r.trial_id for r in rest}
+        same = [r for r in pool if r.params.num_gpus == t.params.num_gpus and r.trial_id in left]
         pick = (same or rest)[0]
         rest.remove(pick)
         out[t.trial_id] = pick
@@ -144,11 +171,13 @@ def spread(trials: Sequence[TrialResult], n: int) -> list[TrialResult]:
     return first + [r for r in ordered if r not in first]
 
 
-def _every_gpu_count(ordered: list[TrialResult], n: int) -> list[TrialResult]:
-    """The first ``n`` of ``ordered``, and then, for each GPU count not among them, its first: how
-    many GPUs is measured at length, not assumed from the short trials."""
+def _every_gpu_count(ordered: list[TrialResult], n: int, by_count: Sequence[TrialResult] | None = None
+                     ) -> list[TrialResult]:
+    """The first ``n`` of ``ordered``, and then, for each GPU count not among them, its first in
+    ``by_count`` (``ordered`` where not given): how many GPUs is measured at length, not assumed
+    from the short trials."""
     chosen = ordered[:n]
-    for r in ordered[n:]:
+    for r in (ordered[n:] if by_count is None else by_count):
         if all(r.params.num_gpus != c.params.num_gpus for c in chosen):
             chosen.append(r)
     return chosen
