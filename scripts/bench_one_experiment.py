@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,21 +36,31 @@ sys.path.insert(0, str(REPO / "scripts"))
 from bench_kept_memory import PARTS, keep, split, spread  # noqa: E402
 
 
-def worktree(rev: str, where: str) -> Path:
-    """A detached git worktree of ``rev`` under ``where``."""
+@contextmanager
+def against_tree(rev: str, where: str) -> Iterator[Path]:
+    """A detached git worktree of ``rev`` under ``where``, removed afterwards; this checkout and
+    it each checked to import tune_batch from their own tree."""
     path = Path(where) / "against"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(path), rev], check=True)
-    return path
+    try:
+        for tree in (REPO, path):
+            check_tree(tree)
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    """This environment with ``tree`` first on PYTHONPATH (Ray's workers inherit it)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 def one_search(tree: Path, config: Path, out: Path) -> tuple[float, list[dict], dict, list[str]]:
     """A whole search from the command line with ``tree``'s tune_batch: wall seconds, its records,
     its pareto.json and the Tune experiments it wrote."""
-    path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "tune_batch", "search", str(config), "--output", str(out), "--quiet"],
-                       cwd=tree, env=env, capture_output=True, text=True)
+                       cwd=tree, env=tree_env(tree), capture_output=True, text=True)
     wall = time.perf_counter() - t
     if p.returncode != 0:
         raise RuntimeError(f"search with {tree} failed (exit {p.returncode}): {p.stderr[-2000:]}")
@@ -74,14 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grid-s", type=float, help="a target-stopped grid's seconds, for the cost")
     args = ap.parse_args(argv)
     config = (REPO / args.config).resolve()
-    with tempfile.TemporaryDirectory(prefix="tb-one-") as tmp:
-        trees = {"one": REPO, "apart": worktree(args.against, tmp)}
-        try:
-            for tree in trees.values():
-                check_tree(tree)
-            return _compare(trees, config, args.repeats, args.grid_s, Path(tmp))
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees["apart"])], check=False)
+    with tempfile.TemporaryDirectory(prefix="tb-one-") as tmp, against_tree(args.against, tmp) as apart:
+        return _compare({"one": REPO, "apart": apart}, config, args.repeats, args.grid_s, Path(tmp))
 
 
 def _compare(trees: dict[str, Path], config: Path, repeats: int, grid_s: float | None, tmp: Path) -> int:

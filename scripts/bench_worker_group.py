@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,20 +30,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_kept_memory import spread  # noqa: E402
-from bench_one_experiment import check_tree, worktree  # noqa: E402
+from bench_one_experiment import against_tree, tree_env  # noqa: E402
 
 SEARCH_SET = ["space.num_gpus=[2]", "budget.trials=4"]
-
-
-def _env(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 def one_probe(tree: Path, config: Path, out: Path) -> dict[str, float]:
     """``probe --num-gpus 2`` with ``tree``'s tune_batch: its record's figures and the wall."""
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "tune_batch", "probe", str(config), "--batch-size", "64", "--lr", "0.05",
-                        "--num-gpus", "2", "--output", str(out)], cwd=tree, env=_env(tree), capture_output=True,
+                        "--num-gpus", "2", "--output", str(out)], cwd=tree, env=tree_env(tree), capture_output=True,
                        text=True)
     wall = time.perf_counter() - t
     if p.returncode != 0:
@@ -61,7 +56,7 @@ def one_search(tree: Path, config: Path, out: Path, sets: list[str]) -> float:
     cmd = [sys.executable, "-m", "tune_batch", "search", str(config), "--output", str(out), "--quiet"]
     for s in sets:
         cmd += ["--set", s]
-    p = subprocess.run(cmd, cwd=tree, env=_env(tree), capture_output=True, text=True)
+    p = subprocess.run(cmd, cwd=tree, env=tree_env(tree), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"search with {tree} failed (exit {p.returncode}): {p.stderr[-2000:]}")
     return time.perf_counter() - t
@@ -76,15 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--search-set", action="append", help=f"a search override (default: {SEARCH_SET})")
     args = ap.parse_args(argv)
     config = (REPO / args.config).resolve()
-    with tempfile.TemporaryDirectory(prefix="tb-group-") as tmp:
-        trees = {"actors": REPO, "against": worktree(args.against, tmp)}
-        try:
-            for tree in trees.values():
-                check_tree(tree)
-            return _compare(trees, config, args, Path(tmp))
-        finally:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(trees["against"])],
-                           check=False)
+    with tempfile.TemporaryDirectory(prefix="tb-group-") as tmp, against_tree(args.against, tmp) as against:
+        return _compare({"actors": REPO, "against": against}, config, args, Path(tmp))
 
 
 def _compare(trees: dict[str, Path], config: Path, args: argparse.Namespace, tmp: Path) -> int:

@@ -34,9 +34,9 @@ def test_a_searchs_figures_are_kept_per_way_and_an_earlier_commit_runs_from_its_
         bench.keep(out, {"wall": 3.0, "trials": 4.0})
         assert out == {"wall": [1.0, 3.0], "trials": [2.0, 4.0]}
     with script("bench_one_experiment") as one:
-        tree = one.worktree("HEAD", str(tmp_path))
-        try:
-            one.check_tree(tree)
+        with one.against_tree("HEAD", str(tmp_path)) as tree:  # each tree checked to import from itself
             assert (tree / "tune_batch" / "__init__.py").exists()
-        finally:
-            subprocess.run(["git", "-C", str(one.REPO), "worktree", "remove", "--force", str(tree)], check=True)
+            one.check_tree(tree)
+        assert not tree.exists()  # removed afterwards
+        listed = subprocess.run(["git", "-C", str(one.REPO), "worktree", "list"], capture_output=True, text=True)
+        assert str(tree) not in listed.stdout

@@ -58,7 +58,7 @@ def confirm_candidates(report: Report, n: int | None = None) -> list[TrialResult
     rest = candidates(report, len(report.points))  # the recommended one first
     promising = _Promise(report)
     ordered = _distinct([*rest[:1], *promising.first(rest), *rest])
-    by_count = [r for c in sorted({r.params.num_gpus for r in rest}) for r in gpu_count_order(report, c, rest)]
+    by_count = [r for c in sorted({r.params.num_gpus for r in rest}) for r in promising.of_count(c, rest)]
     return _every_gpu_count(ordered, n, by_count)
 
 
@@ -95,14 +95,12 @@ class _Promise:
         near_top = [r for r in learned if self.acc(r) >= (f * top if self.sign > 0 else top / f)]
         return [max(learned, key=self.acc), *sorted(near_top, key=self.time_per_progress)]
 
-
-def gpu_count_order(report: Report, num_gpus: int, ordered: Sequence[TrialResult] | None = None) -> list[TrialResult]:
-    """The configs of one GPU count in the order confirmation would take them for that count:
-    its most accurate, those near it soonest first, then the rest in ``ordered``'s order (the
-    repeats' order by default)."""
-    pool = [r for r in (ordered if ordered is not None else candidates(report, len(report.points)))
-            if r.params.num_gpus == num_gpus]
-    return _distinct([*_Promise(report).first(pool), *pool])
+    def of_count(self, num_gpus: int, ordered: Sequence[TrialResult]) -> list[TrialResult]:
+        """The configs of one GPU count in the order confirmation would take them for that
+        count: its most accurate, those near it soonest first, then the rest in ``ordered``'s
+        order (the repeats' order)."""
+        pool = [r for r in ordered if r.params.num_gpus == num_gpus]
+        return _distinct([*self.first(pool), *pool])
 
 
 def confirm_order(report: Report) -> list[TrialResult]:
@@ -149,7 +147,8 @@ def replacements(config: Config, records: Sequence[TrialResult]) -> dict[object,
         if t.trial_id in reached or not rest:
             continue
         # one that stands for its GPU count is replaced by that count's next most promising
-        pool = gpu_count_order(base, t.params.num_gpus) if i >= c.candidates else rest
+        pool = (_Promise(base).of_count(t.params.num_gpus, candidates(base, len(base.points)))
+                if i >= c.candidates else rest)
         left = {r.trial_id for r in rest}
         same = [r for r in pool if r.params.num_gpus == t.params.num_gpus and r.trial_id in left]
         pick = (same or rest)[0]

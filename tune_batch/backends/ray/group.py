@@ -92,8 +92,8 @@ class _RankActor:
             return int(s.getsockname()[1])
 
     def run(self, fn: Callable[[dict[str, Any], Rank], Any], loop_config: dict[str, Any], rank: Rank,
-            env: dict[str, str], backend: str) -> Any:
-        os.environ.update(env)  # before torch touches CUDA: the device list is read once
+            master: tuple[str, int], backend: str) -> Any:
+        os.environ.update(rank.env(*master))  # before torch touches CUDA: the device list is read once
         if backend == "nccl":
             os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a dead peer fails, not blocks
         import torch
@@ -101,7 +101,7 @@ class _RankActor:
 
         if rank.device is not None:
             torch.cuda.set_device(rank.device)
-        dist.init_process_group(backend, init_method=f"tcp://{env['MASTER_ADDR']}:{env['MASTER_PORT']}",
+        dist.init_process_group(backend, init_method=f"tcp://{master[0]}:{master[1]}",
                                 rank=rank.rank, world_size=rank.world,
                                 timeout=timedelta(seconds=PROCESS_GROUP_TIMEOUT_S))
         try:
@@ -132,9 +132,10 @@ def run_group(fn: Callable[[dict[str, Any], Rank], Any], loop_config: dict[str, 
     pg = placement_group([dict(bundle) for _ in range(n)], strategy="PACK")
     actors: list[Any] = []
 
-    def wait(refs: list[Any]) -> list[Any] | None:
+    def wait(refs: list[Any], ranks: list[Rank] | None = None) -> list[Any] | None:
         """The values of ``refs`` once all are ready; None when the allowance ran out first.
-        The first rank to fail raises a GroupError."""
+        The first to fail raises a GroupError, keyed by its rank (``ranks``, one per ref) or
+        else its index."""
         pending = list(refs)
         while pending:
             elapsed = time.monotonic() - start
@@ -142,21 +143,22 @@ def run_group(fn: Callable[[dict[str, Any], Rank], Any], loop_config: dict[str, 
                 return None
             ready, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
             for ref in ready:
+                i = refs.index(ref)
+                key = ranks[i].rank if ranks is not None else i
                 try:
                     ray.get(ref)
                 except ray.exceptions.RayTaskError as e:
-                    cause = e.cause if isinstance(e.cause, BaseException) else e
-                    raise GroupError({refs.index(ref): cause}) from e
+                    raise GroupError({key: e.cause if isinstance(e.cause, BaseException) else e}) from e
                 except ray.exceptions.RayError as e:  # a rank's process died (killed, out of host memory)
-                    raise GroupError({refs.index(ref): e}) from e
+                    raise GroupError({key: e}) from e
         return ray.get(list(refs))
 
     try:
         if wait([pg.ready()]) is None:
             return GroupRun(True)
-        strategy = [PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i) for i in range(n)]
         actors = [_RankActor.options(num_cpus=cpus_per_worker, num_gpus=1 if use_gpu else 0,
-                                     scheduling_strategy=strategy[i]).remote() for i in range(n)]
+                                     scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                         pg, placement_group_bundle_index=i)).remote() for i in range(n)]
         where = wait([a.where.remote() for a in actors])
         if where is None:
             return GroupRun(True)
@@ -165,14 +167,9 @@ def run_group(fn: Callable[[dict[str, Any], Rank], Any], loop_config: dict[str, 
         port = wait([actors[first].free_port.remote()])
         if port is None:
             return GroupRun(True)
-        addr = where[first][2]
-        runs = [actors[i].run.remote(fn, loop_config, ranks[i], ranks[i].env(addr, port[0]),
-                                     "nccl" if use_gpu else "gloo") for i in range(n)]
-        try:
-            values = wait(runs)
-        except GroupError as e:
-            rank_of = {i: ranks[i].rank for i in range(n)}  # the actor's index -> its rank
-            return GroupRun(False, error=GroupError({rank_of[i]: c for i, c in e.worker_failures.items()}))
+        master = (where[first][2], port[0])
+        values = wait([actors[i].run.remote(fn, loop_config, ranks[i], master, "nccl" if use_gpu else "gloo")
+                       for i in range(n)], ranks)
         if values is None:
             return GroupRun(True)
         return GroupRun(False, value=values[first])

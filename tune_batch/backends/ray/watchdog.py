@@ -1,7 +1,7 @@
 """The one watchdog: run a function in a thread and stop waiting after a deadline.
 
 A trial checks its own deadline between steps; a step that never returns (a hung data loader,
-a deadlock, a worker group that never starts) is caught here. The thread cannot be killed:
+a deadlock) is caught here (a worker group has its own, in ``group.run_group``). The thread cannot be killed:
 the caller ends the process that holds it (raising in a Tune trial makes Ray discard it).
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -43,11 +42,8 @@ def hang_grace_s() -> float:
     return seconds_from_env("TUNE_BATCH_HANG_GRACE_S", HANG_GRACE_S)
 
 
-def run_with_watchdog(fn: Callable[[], T], limit_s: float | Callable[[float], float], name: str, *,
-                      poll_s: float = 0.25) -> Outcome[T]:
-    """``fn()`` in a thread, given ``limit_s`` seconds; or, when ``limit_s`` is a function, asked
-    every ``poll_s`` with the seconds since the start how many it may have by then (a worker
-    group: the start-up limit until its workers are running, then the trial's own)."""
+def run_with_watchdog(fn: Callable[[], T], limit_s: float, name: str) -> Outcome[T]:
+    """``fn()`` in a thread, given ``limit_s`` seconds."""
     box: dict[str, object] = {}
 
     def work() -> None:
@@ -57,16 +53,8 @@ def run_with_watchdog(fn: Callable[[], T], limit_s: float | Callable[[float], fl
             box["error"] = e
 
     thread = threading.Thread(target=work, name=name, daemon=True)
-    start = time.monotonic()
     thread.start()
-    if callable(limit_s):
-        while thread.is_alive():
-            elapsed = time.monotonic() - start
-            if elapsed >= limit_s(elapsed):
-                break
-            thread.join(poll_s)
-    else:
-        thread.join(limit_s)
+    thread.join(limit_s)
     if thread.is_alive():
         return Outcome(True)
     return Outcome(False, box.get("value"), box.get("error"))  # type: ignore[arg-type]
