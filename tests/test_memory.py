@@ -28,6 +28,56 @@ def test_step_profiler_sees_a_known_allocation_within_10_percent(size_mib: int) 
     assert step_peak_bytes(step) == pytest.approx(2 * size_mib * MiB, rel=0.10)
 
 
+def test_the_step_peak_is_torchs_whole_analysis_without_its_categories() -> None:
+    """The peak read without sorting tensors into categories is the bytes torch's whole memory
+    analysis reads, on a step with parameters, BatchNorm buffers, a frozen layer, AdamW state
+    and a temporary freed inside it."""
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import MemoryProfileTimeline
+
+    from tune_batch.measure.memory import _totals_profile, quiet_native_stderr
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(),
+                                      nn.Linear(8 * 14 * 14, 10))
+            self.frozen = nn.Linear(10, 10).requires_grad_(False)
+            self.spare = nn.Parameter(torch.zeros(1 << 16))  # 256 KiB: trained once, then no op touches it
+            self.use_spare = True
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.frozen(self.body(x))
+            return out + self.spare[:10] if self.use_spare else out
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    x, y = torch.randn(16, 3, 16, 16), torch.randint(0, 10, (16,))
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        scratch = torch.ones(1 << 18)  # 1 MiB allocated and freed inside the step
+        nn.functional.cross_entropy(model(x) + scratch[:10].sum() * 0, y).backward()
+        del scratch
+        opt.step()
+
+    step()  # AdamW's state exists before the profiled step, as in a run (the spare's too)
+    model.use_spare = False  # its parameter and state are seen by the Python tracer only
+    with quiet_native_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                                        record_shapes=True, with_stack=True) as prof:
+        step()
+
+    def peak(p: object) -> int:
+        _, sizes = MemoryProfileTimeline(p)._coalesce_timeline(torch.device("cpu"))
+        return int(max(sum(s) for s in sizes))
+
+    whole = peak(prof._memory_profile())
+    assert whole > 1 << 20  # the scratch buffer and the model's state are in it
+    assert peak(_totals_profile(prof.profiler.kineto_results)) == whole
+
+
 def test_trial_peak_memory_grows_linearly_with_the_batch() -> None:
     from tune_batch.trial import run_trial
 

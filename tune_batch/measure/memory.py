@@ -75,7 +75,7 @@ class StepPeak:
         assert self._quiet is not None, "stop() before start()"
         quiet, self._quiet = self._quiet, None
         quiet.close()  # leaves the profiler (it has recorded the step), then puts fd 2 back
-        timeline = MemoryProfileTimeline(self._prof._memory_profile())
+        timeline = MemoryProfileTimeline(_totals_profile(self._prof.profiler.kineto_results))
         _, sizes = timeline._coalesce_timeline(torch.device("cpu"))
         return int(max((sum(s) for s in sizes), default=0))
 
@@ -84,6 +84,29 @@ class StepPeak:
         if self._quiet is not None:
             quiet, self._quiet = self._quiet, None
             quiet.close()
+
+
+def _totals_profile(result: Any) -> Any:
+    """torch's ``MemoryProfile`` of a profiled step, with only what its timeline's totals need.
+
+    The timeline lists every tensor the step allocated, freed or found already there: from the op
+    tree, its data flow graph, the tensors' sizes, and the tensors the Python tracer saw as a
+    module's parameters, their gradients and an optimizer's state (these can be untouched by any
+    op of the step and still be counted). The rest of torch's analysis sorts tensors into
+    categories (inputs, activations, parameters found by data flow, autograd detail): it decides
+    which category a tensor's bytes are drawn in, never whether they are counted, and it was a
+    quarter of the analysis's seconds. ``scripts/bench_step_peak.py`` compares both ways."""
+    from torch.profiler import _memory_profiler as mp
+
+    profile = mp.MemoryProfile.__new__(mp.MemoryProfile)
+    profile._op_tree = mp.OpTree(result)
+    profile._data_flow_graph = mp.DataFlowGraph(profile._op_tree)
+    profile._size_map = mp.SizeMap(profile._op_tree)
+    profile._categories = mp.CategoryDict()
+    profile._set_gradients_and_temporaries()
+    profile._set_parameters_using_python_tracer()
+    profile._set_optimizer_state()
+    return profile
 
 
 def step_peak_bytes(step: Callable[[], None]) -> int:
