@@ -96,6 +96,64 @@ def test_an_unexpected_error_in_a_ray_trial_is_named_by_the_error_itself() -> No
     assert "\x1b" not in error_reason(RayTaskError("f", "tb", None, proctitle="ray::f()"))
 
 
+# Ray 2.60's message when its memory monitor kills a trial's process (from a search run with
+# RAY_memory_usage_threshold=0.02; the object store's figures and the worker list cut)
+MONITOR_KILL = """1 worker(s) were killed due to the node running low on memory. Memory on the node (IP: 127.0.0.1, \
+ID: c92455bc) was 2.71GB used / 23.54GB limit (0.115034)
+OOM kill reason: Memory usage 2907627520B exceeded threshold of 505523872B (2.0% of 25276194816B limit)
+Ray killed 1 worker(s) based on the killing policy
+Selected to kill: (Task: job ID=01000000, task name=ImplicitFunc.__init__, pid=17261, actual memory used=0.05GB, \
+worker ID=3b2baed0)
+]
+Top 10 memory users: PID\tMEM(GB)\tCOMMAND
+16518\t0.51\t/root/.pyenv/versions/3.11.7/bin/python3 -m tune_batch search configs/quickstart.yaml
+Refer to the documentation on how to address the out of memory issue: https://docs.ray.io/en/latest/ray-observabi"""
+
+
+def test_a_process_rays_memory_monitor_killed_is_said_in_one_line() -> None:
+    """The reason was the last line of Ray's message ("Refer to the documentation on how to
+    address the out of memory issue: https..."), which says neither what happened nor to what."""
+    from ray.exceptions import OutOfMemoryError
+
+    from tune_batch.backends.ray.callbacks import error_reason
+    from tune_batch.backends.ray.data_parallel import classify_failure
+    from tune_batch.backends.ray.group import GroupError
+    from tune_batch.store.records import Status
+
+    said = ("killed by Ray's memory monitor (host memory): the node used 2.71GB of 23.54GB, over its threshold "
+            "(2.0% of the limit); this trial's process used 0.05GB; Ray kills the most recently started task")
+    assert error_reason(MONITOR_KILL).startswith(said)  # the text Tune keeps
+    assert error_reason(OutOfMemoryError(MONITOR_KILL)).startswith(said)  # the exception
+    assert "\n" not in error_reason(MONITOR_KILL)
+    status, reason = classify_failure(GroupError({1: OutOfMemoryError(MONITOR_KILL)}))  # a rank of a group
+    assert status is Status.FAILED and reason.startswith("a worker was " + said)
+    assert error_reason("Traceback ...\nValueError: bad shape") == "ray: ValueError: bad shape"  # others as before
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_a_search_whose_trial_rays_memory_monitor_kills_records_why(tmp_path: Path) -> None:
+    """For real: Ray's memory monitor told to act above 0.1 % of the node's memory (any machine is
+    over it) kills the trial's process; the record says so in one line."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "RAY_memory_usage_threshold": "0.001", "RAY_memory_monitor_refresh_ms": "100",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "tune_batch", "search", str(REPO / "configs/quickstart.yaml"),
+                        "--set", "budget.trials=1", "--set", "confirm.candidates=0", "--set", "repeats.seeds=0",
+                        "--set", "baseline=null", "--output", str(out)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (rec,) = [json.loads(x) for x in (out / "trials.jsonl").read_text().splitlines()]
+    assert rec["status"] == "failed"
+    assert rec["reason"].startswith("killed by Ray's memory monitor (host memory): the node used "), rec["reason"]
+    assert "killed by Ray's memory monitor" in p.stdout
+
+
 @pytest.mark.parametrize("backend", ["optuna", "ray"])
 def test_a_config_mistake_every_trial_meets_stops_the_search_after_the_first(tmp_path: Path, backend: str) -> None:
     """A lightning search whose objective its module never logged trained all 4 trials to fail

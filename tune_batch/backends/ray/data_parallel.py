@@ -24,7 +24,7 @@ from tune_batch.config.callables import install, registered
 from tune_batch.errors import TrialConfigError
 from tune_batch.measure.oom import is_oom_error
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
-from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line
+from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line, memory_monitor_reason
 
 LAUNCHER = "tune_batch.backends.ray.group.run_group"
 KV_NAMESPACE = "tune_batch"  # Ray's key-value store (GCS): every node and Ray Client see it
@@ -114,6 +114,9 @@ def _failures(exc: BaseException) -> list[BaseException]:
 def classify_failure(exc: BaseException) -> tuple[Status, str]:
     """(status, reason) of a failed worker group, from the workers' exception types."""
     errors = _failures(exc)
+    for e in errors:  # before the OOM test: Ray's message reads "out of memory" too
+        if (killed := memory_monitor_reason(str(e))) is not None:
+            return Status.FAILED, f"a worker was {killed}"
     for e in errors:
         if is_oom_error(e):
             return Status.OOM, f"a worker ran out of memory: {type(e).__name__}: {first_line(e, 250)}"
