@@ -235,3 +235,31 @@ def test_progress_counts_the_front_the_summary_shows() -> None:
     summary = render_summary(build_report(cfg, progress.records))
     assert "Pareto front: 2 configuration(s)" in summary
     assert out.getvalue().splitlines()[-1].split(" | ")[-2] == "front 2"
+
+
+def test_the_time_left_counts_the_confirmation_runs_to_come_at_their_length() -> None:
+    """The progress line's "~ left" was the mean run so far times the runs in the total, which
+    grows only when a stage is planned: it read ~0:00 at the last trial of a search whose
+    confirmation runs took minutes more (131 stored searches: `scripts/bench_eta.py`)."""
+    from tune_batch.backends.progress import Progress
+    from tune_batch.store.records import Metrics, TrialInfo
+
+    cfg = tiny_config(budget={"trials": 2, "train_samples": 1024}, repeats={"seeds": 0},
+                      confirm={"candidates": 2, "seeds": 1}, baseline={"batch_size": 32, "lr": 0.01})
+    progress = Progress(cfg, 2, quiet=True)
+
+    def run(i: object, seconds: float, samples: int, confirm_of: object = None) -> None:
+        # 1024 samples/s: a trial (1024 samples) trains 1 s of its 3, a confirmation run 8 s of its 12
+        progress.finished(TrialResult(i, P, Status.OK, metrics=Metrics(samples_per_s=1024.0, val_acc=0.5),
+                                      duration_s=seconds, info=TrialInfo(train_samples_done=samples,
+                                                                         confirm_of=confirm_of)))
+
+    run(0, 3.0, 1024)
+    # one trial at 3 s, then 2 candidates + the baseline at 8192 samples: 2 s overhead + 8 s each
+    assert progress.left_s(1, 3.0) == pytest.approx(3.0 + 3 * 10.0)
+    run(1, 3.0, 1024)
+    assert progress.left_s(2, 6.0) == pytest.approx(30.0)  # the old estimate: 0
+    assert progress.left_s(2, 12.0) == pytest.approx(60.0)  # at half the pace (a busy machine), twice as long
+    progress.confirming(3)
+    run("0c0", 12.0, 8192, confirm_of=0)  # the confirmation runs' own overhead (4 s) from now on
+    assert progress.left_s(3, 18.0) == pytest.approx(2 * 12.0)

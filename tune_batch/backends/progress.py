@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from typing import Any, NamedTuple, TextIO
@@ -15,6 +16,42 @@ from tune_batch.store.records import Status, TrialResult, config_mistake, failin
 FRONT_EVERY = 20
 #: ... where it took longer than this (a few hundred configs; below, every line computes it)
 FRONT_FREE_S = 0.1
+
+
+class _Stage(NamedTuple):
+    runs: int  # runs of the stage still to come
+    samples: int | None  # each one's training samples (None: unknown)
+    confirm: bool  # confirmation runs (they validate along the way: their own overhead)
+
+
+def expected_stages(config: Config) -> list[_Stage]:
+    """The stages after the trials that the config plans, as far as it says: repeats of the
+    front candidates, and confirmation runs of the candidates and the baseline (a GPU count's
+    stand-in or a second look adds runs that show when planned)."""
+    from tune_batch.trial.curve import confirm_samples
+
+    out = []
+    if config.repeats.seeds > 0 and config.repeats.candidates > 0:
+        out.append(_Stage(config.repeats.candidates * config.repeats.seeds, config.budget.train_samples, False))
+    if config.confirm.candidates > 0:
+        per_seed = config.confirm.candidates + (config.baseline is not None)
+        length = config.goal if config.goal is not None and config.goal.length_given else config.confirm
+        samples = None if length.epochs is not None else confirm_samples(config, 0)
+        out.append(_Stage(per_seed * config.confirm.seeds, samples, True))
+    return out
+
+
+def run_seconds(runs: list[TrialResult], samples: int, confirm: bool) -> float | None:
+    """A run of ``samples`` samples, estimated from ``runs`` (finished): their median overhead (wall
+    seconds less training at their samples/s; confirmation runs' own where any finished, they
+    validate along the way) plus ``samples`` at their median samples/s. None without a timed run."""
+    timed = [(r, r.metrics.value("samples_per_s")) for r in runs if r.status is Status.OK and r.duration_s > 0]
+    timed = [(r, sps) for r, sps in timed if sps and r.info.train_samples_done]
+    if not timed:
+        return None
+    alike = [(r, sps) for r, sps in timed if (r.info.confirm_of is not None) == confirm] or timed
+    overhead = statistics.median(max(0.0, r.duration_s - r.info.train_samples_done / sps) for r, sps in alike)
+    return overhead + samples / statistics.median(sps for _, sps in timed)
 
 
 class _Front(NamedTuple):
@@ -43,6 +80,9 @@ class Progress:
         self._done_here = 0
         self.running = 0
         self._front: _Front | None = None  # the front's size as last computed
+        self._here: list[TrialResult] = []  # records finished in this process (their seconds are this run's)
+        self._to_come = expected_stages(config)  # stages after the trials, until each is planned
+        self._stage = _Stage(0, config.budget.train_samples, False)  # the length of the runs now running
 
     def __getstate__(self) -> dict[str, Any]:  # Ray pickles callbacks: a stream cannot travel
         state = dict(self.__dict__)
@@ -65,12 +105,30 @@ class Progress:
     def repeating(self, n: int) -> None:
         """``n`` repeats of front candidates (other seeds) follow the search's trials."""
         self.total += n
+        self._to_come = [s for s in self._to_come if s.confirm]
+        self._stage = _Stage(0, self.config.budget.train_samples, False)
         self.say(f"re-measuring front candidates with other seeds: {n} run(s)")
 
-    def confirming(self, n: int) -> None:
-        """``n`` confirmation runs (front candidates at a longer budget) follow."""
+    def confirming(self, n: int, samples: int | None = None) -> None:
+        """``n`` confirmation runs (front candidates at a longer budget, ``samples`` each where
+        not the config's confirmation length) follow."""
         self.total += n
+        expected = [s for s in self._to_come if s.confirm]
+        self._to_come = []
+        self._stage = _Stage(0, samples or (expected[0].samples if expected else None), True)
         self.say(f"confirming front candidates at a longer budget: {n} run(s), validated along the way")
+
+    def left_s(self, done: int, elapsed: float) -> float:
+        """Seconds the search has left: its runs still to come (this stage's, then the stages the
+        config plans) at their lengths, each estimated from the runs finished here, at the pace
+        the runs finished here kept (several at a time make it faster). Where a length or a timed
+        run is missing, each run to come counts as the mean run so far."""
+        stages = [self._stage._replace(runs=max(0, self.total - done)), *self._to_come]
+        busy = sum(r.duration_s for r in self._here)
+        est = [(s.runs, run_seconds(self._here, s.samples, s.confirm) if s.samples else None) for s in stages]
+        if busy <= 0 or any(seconds is None for n, seconds in est if n > 0):
+            return (elapsed / max(1, self._done_here)) * sum(n for n, _ in est)
+        return elapsed / busy * sum(n * seconds for n, seconds in est if n > 0)
 
     def _front_size(self, done: int) -> str:
         """The front's size now, or where computing it took over FRONT_FREE_S and more than a
@@ -96,6 +154,7 @@ class Progress:
         if config_fault["record"] is None and (config_mistake(rec) or failing_alike(self.records)):
             config_fault["record"] = rec
         self._done_here += 1
+        self._here.append(rec)
         if self.quiet:
             return
         done = len({r.trial_id for r in self.records if not r.info.free_skip})  # free skips use no budget
@@ -104,7 +163,7 @@ class Progress:
         # respected): the single readings' front read "front 1" beside a summary of 9 configurations
         size = self._front_size(done)
         elapsed = time.monotonic() - self._start
-        left = (elapsed / self._done_here) * max(0, self.total - done)
+        left = self.left_s(done, elapsed)
         p = rec.params
         what = f"trial {rec.trial_id} {rec.status.value}: batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus}"
         if rec.status is Status.OK:

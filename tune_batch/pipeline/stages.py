@@ -155,7 +155,10 @@ class Planned:
             if plan is replacements_of:
                 progress.say(f"second look: {len(jobs)} run(s) of the next candidate(s), in place of those that did "
                              f"not reach the target (confirm.replace_unreached)")
-            (progress.repeating if kind is JobKind.REPEAT else progress.confirming)(len(jobs))
+            if kind is JobKind.REPEAT:
+                progress.repeating(len(jobs))
+            else:
+                progress.confirming(len(jobs), jobs[0].samples)
             return kind, jobs
         raise StopIteration  # done, or stopped: what is recorded stays, the rest runs on resume
 
