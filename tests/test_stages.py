@@ -263,3 +263,7 @@ def test_the_time_left_counts_the_confirmation_runs_to_come_at_their_length() ->
     progress.confirming(3)
     run("0c0", 12.0, 8192, confirm_of=0)  # the confirmation runs' own overhead (4 s) from now on
     assert progress.left_s(3, 18.0) == pytest.approx(2 * 12.0)
+    for i in ("1c0", "baseline-c0"):
+        run(i, 12.0, 8192, confirm_of=i[0])
+    progress.confirming(1)  # a second look: one run of the next candidate, at the same length
+    assert progress.left_s(5, 42.0) == pytest.approx(12.0)

@@ -82,6 +82,8 @@ class Progress:
         self._front: _Front | None = None  # the front's size as last computed
         self._here: list[TrialResult] = []  # records finished in this process (their seconds are this run's)
         self._to_come = expected_stages(config)  # stages after the trials, until each is planned
+        # a confirmation run's length where its job does not say (a second look's runs too)
+        self._confirm_samples = next((s.samples for s in self._to_come if s.confirm), None)
         self._stage = _Stage(0, config.budget.train_samples, False)  # the length of the runs now running
 
     def __getstate__(self) -> dict[str, Any]:  # Ray pickles callbacks: a stream cannot travel
@@ -113,9 +115,8 @@ class Progress:
         """``n`` confirmation runs (front candidates at a longer budget, ``samples`` each where
         not the config's confirmation length) follow."""
         self.total += n
-        expected = [s for s in self._to_come if s.confirm]
         self._to_come = []
-        self._stage = _Stage(0, samples or (expected[0].samples if expected else None), True)
+        self._stage = _Stage(0, samples or self._confirm_samples, True)
         self.say(f"confirming front candidates at a longer budget: {n} run(s), validated along the way")
 
     def left_s(self, done: int, elapsed: float) -> float:
