@@ -569,6 +569,37 @@ def test_a_worker_groups_spread_does_not_hide_a_gap_between_one_worker_candidate
     assert report.recommended.trial_id == 0 and "the runs decide" in render_summary(report)
 
 
+def test_a_prediction_weighs_in_only_where_every_candidate_has_one() -> None:
+    """Seen on a quickstart search over num_gpus [1, 2] (nsga2, seed 0): a one-worker candidate's
+    runs reached the target in 7.06 s, a 2-worker group's in 8.01 s (within their spread). The
+    one-worker candidate's prediction (20.1 s) made its blend 11.9 s; the group had no prediction
+    (its samples/s only from disturbed windows), so its runs alone (8.01 s) ranked it first: the
+    slower config, at twice the device-seconds. Now, while one candidate has no usable
+    prediction, every one is ranked by its runs."""
+    gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50: batch 256 needs 3.7x batch 32's samples
+    short = [_rec(0, 2000, 0.90, b=256, **gns), _rec(1, 1800, 0.95, b=32, gpus=2, disturbed=True, **gns)]
+    sps = {0: 2000, 1: 1800}
+    runs = [_rec(f"{t}c{k}", sps[t], 0.97, b=256 if t == 0 else 32, gpus=1 + t, confirm_of=t, seed=k + 1,
+                 curve=_curve([0.5, 0.97], samples=sps[t] * s / 2, step_s=s / 2))
+            for t, pair in {0: (5.6, 8.5), 1: (3.9, 12.1)}.items() for k, s in enumerate(pair)]
+    report = decide(tiny_config(objectives=OBJ, space={"num_gpus": [1, 2]}), short + runs)
+    conf = report.confirmation
+    by = {c.trial.trial_id: c for c in conf.candidates}
+    assert by[0].predicted and not by[1].predicted and conf.unpredicted() == [by[1]]
+    assert by[0].time_to_target_s < by[1].time_to_target_s < by[0].estimate_s  # the blend alone would pick 1
+    assert conf.best.trial.trial_id == 0 and report.recommended.trial_id == 0
+    assert conf.best_by(devices=True).trial.trial_id == 0
+    assert conf.to_dict()["ranked_with_predictions"] is False and conf.to_dict()["candidates"][0]["predicted"]
+    assert ("ranked by their runs alone, without the predictions: trial(s) 1 reached the target with no usable "
+            "prediction") in render_summary(report)
+    # with a prediction for both (the group's throughput read undisturbed), the blend decides again
+    steady = [short[0], _rec(1, 1800, 0.95, b=32, gpus=2, **gns)]
+    both = decide(tiny_config(objectives=OBJ, space={"num_gpus": [1, 2]}), steady + runs).confirmation
+    assert not both.unpredicted() and all(c.predicted for c in both.candidates)
+    assert both.best.ranked_by(False) == min(c.estimate_s for c in both.candidates)
+    assert both.to_dict()["ranked_with_predictions"] is True
+
+
 def test_a_loss_is_reached_from_above_and_the_metric_is_checked_at_load() -> None:
     from tune_batch.config import load_config
     from tune_batch.errors import ConfigError

@@ -16,7 +16,7 @@ from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
 from tune_batch.analysis.points import StepMeans, one_worker_sps, scaling_efficiency
 from tune_batch.config import Config
 from tune_batch.config.metrics import reached
-from tune_batch.decide.predict import estimate_time, predict_time, samples_factor, search_noise_scale
+from tune_batch.decide.predict import estimate_time, predict_time, samples_factor, search_noise_scale, usable_prediction
 from tune_batch.decide.target import default_target, level
 from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult
@@ -108,6 +108,7 @@ class Candidate:
     # what the recommendation ranks by: the runs' time to target and the time the noise scale
     # predicts from the other candidates (estimate_time); the runs' time alone without a prediction
     estimate_s: float | None = None
+    predicted: bool = False  # estimate_s holds a prediction (there is one, not from disturbed readings only)
 
     @property
     def grows(self) -> bool:
@@ -120,17 +121,17 @@ class Candidate:
         t = self.time_to_target_s
         return None if t is None else t * self.trial.params.num_gpus
 
-    def ranked_by(self, devices: bool) -> float | None:
-        """What the recommendation ranks it by: the estimated wall seconds (estimate_s, else its
-        runs' time), x num_gpus when ``devices``."""
-        t = self.estimate_s if self.estimate_s is not None else self.time_to_target_s
+    def ranked_by(self, devices: bool, blend: bool = True) -> float | None:
+        """What the recommendation ranks it by: the estimated wall seconds (estimate_s; its runs'
+        time alone without one or where not ``blend``), x num_gpus when ``devices``."""
+        t = self.estimate_s if blend and self.estimate_s is not None else self.time_to_target_s
         return None if t is None else t * (self.trial.params.num_gpus if devices else 1)
 
     def to_dict(self, metric: str = "val_acc") -> dict[str, Any]:
         return {"trial_id": self.trial.trial_id, "params": self.trial.params.to_dict(),
                 "num_gpus": self.trial.params.num_gpus, "device_seconds_to_target": self.device_seconds_to_target,
                 "short_rank": self.short_rank, "long_rank": self.long_rank, "time_to_target_s": self.time_to_target_s,
-                "estimate_s": self.estimate_s,
+                "estimate_s": self.estimate_s, "predicted": self.predicted,
                 "samples_to_target": self.samples_to_target, "reached_target": f"{self.reached} of {len(self.runs)}",
                 f"best_{metric}": self.best_acc, f"final_{metric}": self.final_acc,
                 "runs": [r.trial_id for r in self.runs],
@@ -174,14 +175,29 @@ class Confirmation:
         close to the memory limit); one whose memory grew only when all did; ties: the long-budget rank."""
         if self.at_length:
             return self.best_at_length(devices)
+        steady = self.contenders(devices)
+        blend = not self.unpredicted(steady)
+        return min(steady, key=lambda c: (c.ranked_by(devices, blend) or 0.0, c.long_rank), default=None)
+
+    def contenders(self, devices: bool = False) -> list[Candidate]:
+        """The candidates the time-to-target rule chooses among: those whose runs reached the
+        target, not ``excluded``, one whose memory grew only when all did, and none whose runs were
+        slower than another's beyond their spread."""
         hit = [c for c in self.candidates if c.time_to_target_s is not None and c.trial.trial_id not in self.excluded]
         steady = [c for c in hit if not c.grows] or hit
         # the prediction weighs in only where the runs leave the order open: a candidate whose runs
         # reached the target later than another's beyond their spread is not ranked ahead of it
         slower = slower_beyond_noise({c.trial.trial_id: self.run_times(c, devices) for c in steady},
                                      {c.trial.trial_id: c.trial.params.num_gpus for c in steady})
-        steady = [c for c in steady if c.trial.trial_id not in slower] or steady
-        return min(steady, key=lambda c: (c.ranked_by(devices) or 0.0, c.long_rank), default=None)
+        return [c for c in steady if c.trial.trial_id not in slower] or steady
+
+    def unpredicted(self, among: Sequence[Candidate] | None = None) -> list[Candidate]:
+        """The candidates (of ``among``, default all) that reached the target without a usable
+        prediction. While any of those competing does, every one is ranked by its runs alone: a
+        blend for some and not others compares unlike readings (a one-worker candidate whose
+        prediction was 2.8x its runs lost to a worker group that had none and that its runs beat)."""
+        return [c for c in (self.candidates if among is None else among)
+                if c.time_to_target_s is not None and not c.predicted]
 
     def run_times(self, c: Candidate, devices: bool = False) -> list[float]:
         """Training seconds to the target of each of ``c``'s runs that reached it (x num_gpus when ``devices``)."""
@@ -258,6 +274,7 @@ class Confirmation:
                 "runs_stopped_at_target": self.stopped_at_target()[0],
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
+                "ranked_with_predictions": not self.at_length and not self.unpredicted(self.contenders()),
                 "length_from": "goal" if self.own_run else "confirm",
                 "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
                                                         if self.best_by(devices=True) else None),
@@ -319,7 +336,8 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
                         own_run=config.goal is not None and config.goal.length_given)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return replace(conf, candidates=[
-        replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]))
+        replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]),
+                predicted=usable_prediction(x.time_to_target_s, predicted[x.trial.trial_id]))
         for x in out])
 
 

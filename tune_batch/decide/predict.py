@@ -19,10 +19,15 @@ def estimate_time(measured: float | None, prediction: dict[str, Any]) -> float |
     be lucky; on this machine a config's run pairs span up to 3.4x, the prediction is within 1.5x
     for 83-89 % of candidates). The runs' time alone without a prediction, or where its
     throughput comes only from disturbed windows."""
-    pred = prediction.get("predicted_s")
-    if measured is None or not pred or prediction.get("disturbed_throughput"):
+    if not usable_prediction(measured, prediction):
         return measured
-    return math.sqrt(measured * pred)
+    return math.sqrt(measured * prediction["predicted_s"])
+
+
+def usable_prediction(measured: float | None, prediction: dict[str, Any]) -> bool:
+    """Whether ``estimate_time`` blends a prediction in: the runs reached the target, and there is a
+    prediction whose throughput is not from disturbed windows only."""
+    return measured is not None and bool(prediction.get("predicted_s")) and not prediction.get("disturbed_throughput")
 
 
 def search_noise_scale(records: Sequence[TrialResult]) -> tuple[float | None, int]:

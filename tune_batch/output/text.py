@@ -240,19 +240,23 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     # those passed over for their memory (said above), not for their time
     best_grows = conf.best is not None and conf.best.grows
     eligible = [x for x in reached if x.trial.trial_id not in conf.excluded and (not x.grows or best_grows)]
+    blend = not conf.unpredicted(eligible)
+    if not conf.at_length and not blend and any(x.predicted for x in eligible):
+        out.append(f"  ranked by their runs alone, without the predictions: trial(s) "
+                   f"{', '.join(str(x.trial.trial_id) for x in conf.unpredicted(eligible))} reached the target with "
+                   f"no usable prediction (no noise scale, or samples/s only from disturbed windows)")
     if conf.best is not None and eligible and conf.best is not eligible[0] and conf.at_length:
         first = eligible[0]
         out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: the goal asks for the "
                    f"best {conf.metric} at its length, not the soonest to the target")
-    elif (conf.best is not None and eligible and conf.best is not eligible[0]
-          and conf.best.estimate_s is not None and eligible[0].estimate_s is not None):
+    elif conf.best is not None and eligible and conf.best is not eligible[0] and blend:
         first = eligible[0]
         out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: its runs' time and "
                    f"its predicted time together ({conf.best.estimate_s:.2f} s) are the shortest; "
                    f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together)")
-    blended = min(eligible, key=lambda c: (c.ranked_by(False) or 0.0, c.long_rank), default=None)
+    blended = min(eligible, key=lambda c: (c.ranked_by(False, blend) or 0.0, c.long_rank), default=None)
     if not conf.at_length and conf.best is not None and blended is not None and blended is not conf.best:
-        est = blended.ranked_by(False) or 0.0
+        est = blended.ranked_by(False, blend) or 0.0
         out.append(f"  trial {blended.trial.trial_id}'s prediction ranked it first ({est:.2f} s with its runs), but "
                    f"its runs reached the target later than trial {conf.best.trial.trial_id}'s beyond their "
                    f"spread: the runs decide")
