@@ -55,7 +55,8 @@ def test_oom_or_hang_on_one_worker_ends_the_group_once(tmp_path: Path, monkeypat
 
 
 def test_ranks_of_a_node_are_contiguous_and_share_its_gpus() -> None:
-    from tune_batch.backends.ray.group import assign_ranks
+    from tune_batch.backends.ray.group import assign_ranks, with_peers
+    from tune_batch.measure.cpu import PEERS_ENV
 
     # four actors on two nodes, created interleaved, Ray GPU ids as Ray gave them
     ranks = assign_ranks([("a", ["10"]), ("b", ["0"]), ("a", ["2"]), ("b", ["1"])])
@@ -66,6 +67,9 @@ def test_ranks_of_a_node_are_contiguous_and_share_its_gpus() -> None:
     env = ranks[0].env("10.0.0.1", 29500)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,10" and env["RANK"] == "1" and env["LOCAL_RANK"] == "1"
     assert env["MASTER_ADDR"] == "10.0.0.1" and env["WORLD_SIZE"] == "4"
+    peers = with_peers(ranks, [("a", 11), ("b", 12), ("a", 13), ("b", 14)])  # (node, pid) per actor
+    assert [r.peers for r in peers] == [(13,), (14,), (11,), (12,)]  # the other ranks of its node
+    assert peers[0].env("h", 1)[PEERS_ENV] == "13" and PEERS_ENV not in ranks[0].env("h", 1)
     uuids = assign_ranks([("a", ["GPU-b2"]), ("a", ["GPU-a1"])])  # ids that are not numbers: in name order
     assert [r.rank for r in uuids] == [1, 0] and uuids[0].env("h", 1)["CUDA_VISIBLE_DEVICES"] == "GPU-a1,GPU-b2"
     cpu = assign_ranks([("a", []), ("a", [])])  # CPU workers: no device, nothing set for CUDA
@@ -331,4 +335,6 @@ def test_probe_measures_a_data_parallel_config_on_a_worker_group(tmp_path: Path,
     (rec,) = _records(tmp_path / "p")
     assert rec["status"] == "ok" and rec["params"]["num_gpus"] == 2 and rec["info"]["world_size"] == 2
     assert rec["info"]["launcher"] == LAUNCHER and rec["metrics"]["samples_per_s"] > 0
+    # the other rank's CPU time is the trial's (it read 0.42-0.53 here, disturbed), nothing else runs beside it
+    assert rec["info"]["others_cpu_frac"] < 0.15 and not rec["info"]["disturbed"], rec["info"]["others_cpu_frac"]
     assert "  workers           2 (a worker group of Ray actors, started in" in out and "warning" not in out, out

@@ -269,3 +269,32 @@ def test_a_trial_beside_a_busy_process_is_flagged_disturbed() -> None:
     assert res.status == "ok", res.reason
     assert res.info.disturbed and res.info.others_cpu_frac > 0.15
     assert res.metrics.samples_per_s_ci is not None and res.metrics.samples_per_s_ci > 0
+
+
+def test_a_worker_groups_other_ranks_are_not_other_tenants(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2-worker group's rank read the other rank's CPU time as another tenant's: on this 2-core
+    machine 12 of 16 two-worker runs of a quickstart search over num_gpus [1, 2] were flagged
+    disturbed (others 0.42-0.53), so their throughput was set aside and their time to target had
+    no prediction. A rank is told its node's other ranks (PEERS_ENV); their CPU time is the
+    trial's. Two windows over the same second, one told of a busy process and one not."""
+    import time
+
+    from tune_batch.measure.cpu import PEERS_ENV, CpuUtilWindow
+
+    sh = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                        capture_output=True, text=True, check=True)  # not this process's child
+    peer = int(sh.stdout.strip())
+    try:
+        monkeypatch.setenv(PEERS_ENV, f"{peer},999999999")  # a rank that is gone is skipped
+        told = CpuUtilWindow(threads=1)
+        monkeypatch.delenv(PEERS_ENV)
+        blind = CpuUtilWindow(threads=1)
+        blind.start()
+        told.start()
+        time.sleep(1.0)
+        a, b = told.stop(), blind.stop()
+    finally:
+        os.kill(peer, signal.SIGKILL)
+    assert a.peers_cpu_s > 0.3 * a.wall_s and b.peers_cpu_s == 0.0  # the busy peer ran for most of it
+    assert a.others_cpu_frac is not None and b.others_cpu_frac is not None
+    assert b.others_cpu_frac - a.others_cpu_frac > 0.3 * a.peers_cpu_s / a.machine_total_s

@@ -34,6 +34,22 @@ def _cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
+#: The process ids of a worker group's other ranks on this node (set in each rank's process):
+#: their CPU time is the trial's own, not another tenant's
+PEERS_ENV = "TUNE_BATCH_GROUP_PEER_PIDS"
+
+
+def peer_processes() -> list[psutil.Process]:
+    """The processes ``PEERS_ENV`` names that are alive (none outside a worker group)."""
+    out = []
+    for pid in filter(None, os.environ.get(PEERS_ENV, "").split(",")):
+        try:
+            out.append(psutil.Process(int(pid)))
+        except (ValueError, psutil.Error):
+            continue
+    return out
+
+
 #: A window is disturbed when other processes used more than this share of the machine's CPU
 #: time during it, or the hypervisor took more than STEAL_LIMIT of it (a trial uses every core of
 #: its node by default, so others' work takes time from it directly).
@@ -64,13 +80,15 @@ class CpuWindow:
     machine_busy_s: float | None = None  # every process's CPU time over the window (None: not read)
     machine_steal_s: float | None = None
     machine_total_s: float | None = None
+    peers_cpu_s: float = 0.0  # the CPU time of the worker group's other ranks on this node (PEERS_ENV)
 
     @property
     def others_cpu_frac(self) -> float | None:
-        """Other processes' CPU time over the window, as a share of the machine's."""
+        """Other processes' CPU time over the window (not this trial's: this process, its children,
+        its worker group's other ranks), as a share of the machine's."""
         if self.machine_busy_s is None or not self.machine_total_s:
             return None
-        return max(0.0, self.machine_busy_s - self.cpu_s) / self.machine_total_s
+        return max(0.0, self.machine_busy_s - self.cpu_s - self.peers_cpu_s) / self.machine_total_s
 
     @property
     def steal_frac(self) -> float | None:
@@ -97,23 +115,35 @@ class CpuUtilWindow:
 
     def __init__(self, threads: int) -> None:
         self._proc = psutil.Process()
+        self._peers = peer_processes()
         self._threads = threads
-        self._t0 = self._c0 = 0.0
+        self._t0 = self._c0 = self._p0 = 0.0
         self._m0: tuple[float, float, float] | None = None
+
+    def _peers_cpu_s(self) -> float:
+        total = 0.0
+        for p in self._peers:
+            try:
+                total += _cpu_seconds(p)
+            except psutil.Error:  # a rank that ended (its group is failing: the window does not count)
+                continue
+        return total
 
     def start(self) -> None:
         self._m0 = machine_cpu_s()
+        self._p0 = self._peers_cpu_s()
         self._c0 = _cpu_seconds(self._proc)
         self._t0 = time.perf_counter()
 
     def stop(self) -> CpuWindow:
         wall = time.perf_counter() - self._t0
         cpu = _cpu_seconds(self._proc) - self._c0
+        peers = self._peers_cpu_s() - self._p0
         m1 = machine_cpu_s()
         if self._m0 is None or m1 is None:
             return CpuWindow(wall_s=wall, cpu_s=cpu, threads=self._threads)
         busy, steal, total = (b - a for a, b in zip(self._m0, m1))
-        return CpuWindow(wall, cpu, self._threads, busy, steal, total)
+        return CpuWindow(wall, cpu, self._threads, busy, steal, total, max(0.0, peers))
 
 
 def _read_hwm_bytes() -> int | None:

@@ -15,13 +15,15 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from tune_batch.measure.cpu import PEERS_ENV
 
 PROCESS_GROUP_TIMEOUT_S = 1800  # a collective's own limit; the driver's allowance ends a hung group sooner
 
@@ -46,6 +48,7 @@ class Rank:
     node_rank: int
     visible_gpus: tuple[str, ...]  # the node's GPUs as Ray names them, shared by its ranks (none without GPUs)
     device: int | None  # this rank's index among them
+    peers: tuple[int, ...] = ()  # process ids of the group's other ranks on its node (their CPU is the trial's)
 
     def env(self, master_addr: str, master_port: int) -> dict[str, str]:
         out = {"RANK": str(self.rank), "WORLD_SIZE": str(self.world), "LOCAL_RANK": str(self.local_rank),
@@ -53,6 +56,8 @@ class Rank:
                "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port)}
         if self.visible_gpus:
             out["CUDA_VISIBLE_DEVICES"] = ",".join(self.visible_gpus)
+        if self.peers:
+            out[PEERS_ENV] = ",".join(str(p) for p in self.peers)
         return out
 
 
@@ -80,11 +85,19 @@ def assign_ranks(where: list[tuple[str, list[str]]]) -> list[Rank]:
     return [ranks[i] for i in range(len(where))]
 
 
+def with_peers(ranks: list[Rank], processes: list[tuple[str, int]]) -> list[Rank]:
+    """``ranks`` (one per actor) each told the process ids of the other actors on its node
+    (``processes``: (node id, pid) per actor, in the same order)."""
+    return [replace(r, peers=tuple(pid for j, (node, pid) in enumerate(processes)
+                                   if j != i and node == processes[i][0]))
+            for i, r in enumerate(ranks)]
+
+
 @ray.remote
 class _RankActor:
-    def where(self) -> tuple[str, list[str], str]:
+    def where(self) -> tuple[str, list[str], str, int]:
         ids = [str(g) for g in ray.get_gpu_ids()]
-        return str(ray.get_runtime_context().get_node_id()), ids, ray.util.get_node_ip_address()
+        return str(ray.get_runtime_context().get_node_id()), ids, ray.util.get_node_ip_address(), os.getpid()
 
     def free_port(self) -> int:
         with socket.socket() as s:
@@ -162,7 +175,8 @@ def run_group(fn: Callable[[dict[str, Any], Rank], Any], loop_config: dict[str, 
         where = wait([a.where.remote() for a in actors])
         if where is None:
             return GroupRun(True)
-        ranks = assign_ranks([(node, gpus) for node, gpus, _ in where])
+        ranks = with_peers(assign_ranks([(node, gpus) for node, gpus, _, _ in where]),
+                           [(node, pid) for node, _, _, pid in where])
         first = next(i for i, r in enumerate(ranks) if r.rank == 0)
         port = wait([actors[first].free_port.remote()])
         if port is None:
