@@ -262,7 +262,8 @@ def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> N
     import optuna
 
     cfg = tiny_config(space={"batch_size": [16, 32, 64], "num_gpus": [1, 2]}, budget={"trials": 6},
-                      confirm={"candidates": 1, "seeds": 1, "train_samples": 2048, "evaluations": 4, "target": 0.3})
+                      confirm={"candidates": 1, "seeds": 1, "train_samples": 2048, "evaluations": 4, "target": 0.3,
+                               "stop_at_target": True})
     assert cfg.search.sampler == "gp"
     storage = f"sqlite:///{tmp_path / 'mixed.db'}"
     study = optuna.create_study(study_name="mixed", storage=storage, directions=cfg.directions)
@@ -297,6 +298,14 @@ def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> N
     runs = [r for r in recs if r["info"].get("confirm_of") is not None]
     two = [r for r in runs if r["params"]["num_gpus"] == 2]
     assert two and all(r["info"]["world_size"] == 2 and r["info"]["launcher"] for r in two)
+    # confirm.stop_at_target in a group: every rank ended at rank 0's first validation at the target
+    for r in runs:
+        accs = [c[2] for c in r["info"]["curve"]]
+        first = next((i for i, a in enumerate(accs) if a >= 0.3), None)
+        assert first is None or first == len(accs) - 1, (r["trial_id"], accs)
+        info = r["info"]
+        assert bool(info.get("stopped_at_target")) == (info["train_samples_done"] < info["planned_samples"])
+    assert any(r["info"].get("stopped_at_target") for r in two)  # its first validation read 0.45 here
     assert [g["num_gpus"] for g in conf["gpu_counts"]] == [1, 2] and conf["gpu_counts"][0]["scaling_efficiency"] == 1
 
 

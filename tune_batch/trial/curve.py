@@ -129,7 +129,8 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
         if kept_reading_at(i, len(evals)):
             watch.keep(done)
         curve.append([float(done * params.batch_size), train_s, acc, stepper.last_loss])
-        if until is not None and until(acc):
+        # rank 0 validates; every rank of a group ends at the same step (one more collective)
+        if until is not None and collective.group_max(1.0 if lead and until(acc) else 0.0, placement.world) > 0:
             break
     # after the last validation and outside train_s, as in a trial: the curve never sees it (the
     # bare model, rank 0's own batches: no collective)
@@ -189,8 +190,8 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
 
     ``until``: called with each validation's value; the run ends at the first one it is true for
     (for a caller that reads only the time to a target: the curve up to there is the one the
-    whole run would have). Only in tune_batch's own loop. Default: ``stop_at_target``'s, for a
-    one-worker run in that loop."""
+    whole run would have). Only in tune_batch's own loop. Default: ``stop_at_target``'s in that
+    loop (a worker group's runs take it in ``confirm_measure``)."""
     start = time.perf_counter()
     p = Params.of(params)
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
@@ -219,9 +220,7 @@ def confirm_measure(config: Config, params: Params, placement: Placement = Place
                     start: float | None = None, until: Callable[[float], bool] | None = None) -> TrialResult:
     """A confirmation run on this worker (every rank of a data-parallel group runs it; rank 0's
     record is the run's: its curve, its validation). Raises on any fault. ``until``: as in
-    ``confirm_run``, one worker only (the other ranks of a group do not see the value)."""
-    if until is not None and placement.world > 1:
-        raise ValueError(f"until= stops a one-worker run; this placement has {placement.world} workers")
+    ``confirm_run``; in a group rank 0 tests its validation and every rank ends with it."""
     start = time.perf_counter() if start is None else start
     p = params
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)

@@ -79,10 +79,11 @@ def _worker_loop(loop_config: dict[str, Any], rank: Rank) -> dict[str, Any] | No
     install(loop_config.get("callables"))  # Python callables the driver's config names
     config, params = config_from_dict(loop_config["config"]), Params.of(loop_config["params"])
     if loop_config.get("confirm_of") is not None:  # a confirmation run of the group's config
-        from tune_batch.trial.curve import confirm_measure
+        from tune_batch.trial.curve import confirm_measure, stop_at_target
 
         res = confirm_measure(config, params, placement, confirm_of=loop_config["confirm_of"],
-                              extra=loop_config.get("extra")).replace(trial_id=loop_config["trial_id"])
+                              extra=loop_config.get("extra"), until=stop_at_target(config)
+                              ).replace(trial_id=loop_config["trial_id"])
     else:
         res = measure(config, params, placement, extra=loop_config.get("extra"), run_dir=loop_config["run_dir"],
                       trial_id=loop_config["trial_id"], validate=loop_config["validate"])
