@@ -109,3 +109,24 @@ def test_a_gpu_count_is_stood_for_by_its_most_promising_config_not_its_fastest()
     assert first[2].trial_id == 6  # the count's most accurate, not 5, the fastest config of all
     runs = [_run(t, MISSES if t.trial_id == 6 else REACHES) for t in first]
     assert {k: v.trial_id for k, v in replacements(cfg, short + runs).items()} == {6: 7}
+
+
+def test_a_gpu_count_none_of_whose_configs_reached_the_target_says_how_good_they_were() -> None:
+    """A quickstart search over num_gpus [1, 2] (gp and tpe, seed 0) tried two 2-worker configs,
+    both at val_acc 0.48 after the trials against 0.98 on one worker: "2: none of 2 reached the
+    target" read as an answer about the GPU count. The line now says how good the configs tried
+    there were."""
+    cfg = _config(space={"num_gpus": [1, 2]})
+    two = [_rec(5, 0.48, b=512, lr=0.087, gpus=2), _rec(8, 0.47, b=128, lr=0.0026, gpus=2)]
+    short = [*SHORT, *two]
+    first = confirm_candidates(build_report(cfg, short))
+    runs = [_run(t, MISSES if t.params.num_gpus == 2 else REACHES) for t in first]
+    report = decide(cfg, short + runs)
+    counts = {g["num_gpus"]: g for g in report.confirmation.gpu_counts()}
+    assert counts[2]["reached"] == 0 and counts[2]["best_trial_val_acc"] == 0.48
+    best_one = max(r.metrics.val_acc for r in SHORT)
+    assert counts[1]["best_trial_val_acc"] == best_one
+    line = next(x for x in render_summary(report).splitlines() if "by GPU count" in x)
+    assert (f"2: none of 1 reached the target (its trials' best val_acc 0.48 after the trials, against "
+            f"{best_one:.3g} on another count: the configs tried there, not the count, may be why)") in line, line
+    assert "1: " in line and "may be why" not in line.split("; 2:")[0]

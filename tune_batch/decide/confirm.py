@@ -254,7 +254,10 @@ class Confirmation:
             groups = [r for r in self.short_runs if r.params.num_gpus == n and r.status is Status.OK]
             effs = [e for e in (scaling_efficiency(r, one) for r in groups) if e is not None]
             missing = sorted({r.params.per_worker_batch for r in groups} - set(one)) if n > 1 and not effs else []
+            values = [v for r in groups if (v := r.metrics.value(self.metric)) is not None and math.isfinite(v)]
             out.append({"num_gpus": n, "candidates": len(mine), "reached": len(reached),
+                        # the best reading of its trials at the short budget: whether the search tried a good config
+                        f"best_trial_{self.metric}": (max if self.maximize else min)(values, default=None),
                         "trial_id": fastest.trial.trial_id if fastest else None,
                         "time_to_target_s": fastest.time_to_target_s if fastest else None,
                         "device_seconds_to_target": fastest.device_seconds_to_target if fastest else None,

@@ -235,7 +235,7 @@ def confirm_lines(conf: Confirmation) -> list[str]:
         out += [f"    {line}" for line in _memory_lines(conf, x)]
     counts = conf.gpu_counts()
     if len(counts) > 1:
-        out.append("  by GPU count: " + "; ".join(_count_line(g) for g in counts))
+        out.append("  by GPU count: " + "; ".join(_count_line(g, conf.metric, conf.maximize, counts) for g in counts))
     reached = [x for x in conf.candidates if x.time_to_target_s is not None]
     # those passed over for their memory (said above), not for their time
     best_grows = conf.best is not None and conf.best.grows
@@ -283,12 +283,19 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     return out
 
 
-def _count_line(g: dict[str, Any]) -> str:
+def _count_line(g: dict[str, Any], metric: str, maximize: bool, counts: list[dict[str, Any]]) -> str:
     eff = g["scaling_efficiency"]
     missing = " a worker, ".join(str(b) for b in g.get("no_one_worker_at") or [])
     why = f": no one-worker trial ran {missing} a worker" if missing else ""
     scale = f", scaling efficiency {eff:.2f}" if eff is not None else f", scaling efficiency not measured{why}"
     if g["time_to_target_s"] is None:
-        return f"{g['num_gpus']}: none of {g['candidates']} reached the target{scale}"
+        # a count whose trials were all worse than another count's best: its answer is about the configs tried
+        key = f"best_trial_{metric}"
+        mine, best = g.get(key), (max if maximize else min)(
+            (v for c in counts if (v := c.get(key)) is not None), default=None)
+        tried = (f" (its trials' best {metric} {mine:.3g} after the trials, against {best:.3g} on another count: the "
+                 f"configs tried there, not the count, may be why)"
+                 if mine is not None and best is not None and mine != best else "")
+        return f"{g['num_gpus']}: none of {g['candidates']} reached the target{tried}{scale}"
     return (f"{g['num_gpus']}: {g['time_to_target_s']:.2f} s wall, {g['device_seconds_to_target']:.2f} device-s "
             f"(trial {g['trial_id']}){scale}")
