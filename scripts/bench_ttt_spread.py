@@ -61,13 +61,13 @@ def main() -> None:
     from tune_batch.config import load_config
     from tune_batch.decide.confirm import first_reach
     from tune_batch.store.jobs import seeded
-    from tune_batch.trial.curve import confirm_run, confirm_samples
+    from tune_batch.trial.curve import confirm_run
 
     torch.set_num_threads(2)
     cfg = load_config(args.config, args.set)
     points = [(int(b), float(lr)) for b, lr in (p.split(":") for p in args.points)]
     c = cfg.confirm
-    length = confirm_samples(cfg, 0) if c.epochs is None else f"{c.epochs} epochs"
+    length = cfg.confirm_samples(0) if c.epochs is None else f"{c.epochs} epochs"
     print(f"{Path(args.config).name}: confirmation runs of {length} "
           f"samples, {c.evaluations} validations; {len(points)} configs x {args.seeds} seeds, interleaved", flush=True)
     t0 = time.time()

@@ -801,12 +801,10 @@ def test_a_goal_in_epochs_shorter_than_a_trial_is_refused_once_the_training_set_
 
 
 def test_the_goal_length_is_the_confirmation_length() -> None:
-    from tune_batch.trial.curve import confirm_samples
-
     on = {"confirm": {"candidates": 3}}
-    assert confirm_samples(tiny_config(goal={"train_samples": 12345}, **on), 1000) == 12345
-    assert confirm_samples(tiny_config(goal={"epochs": 2.5}, **on), 1000) == 2500
-    assert confirm_samples(tiny_config(goal={"target": 0.9}, **on), 1000) == 8 * tiny_config().budget.train_samples
+    assert tiny_config(goal={"train_samples": 12345}, **on).confirm_samples(1000) == 12345
+    assert tiny_config(goal={"epochs": 2.5}, **on).confirm_samples(1000) == 2500
+    assert tiny_config(goal={"target": 0.9}, **on).confirm_samples(1000) == 8 * tiny_config().budget.train_samples
 
 
 def test_a_payback_is_claimed_only_for_a_speedup_beyond_the_runs_noise() -> None:

@@ -28,16 +28,12 @@ def expected_stages(config: Config) -> list[_Stage]:
     """The stages after the trials that the config plans, as far as it says: repeats of the
     front candidates, and confirmation runs of the candidates and the baseline (a GPU count's
     stand-in or a second look adds runs that show when planned)."""
-    from tune_batch.trial.curve import confirm_samples
-
     out = []
     if config.repeats.seeds > 0 and config.repeats.candidates > 0:
         out.append(_Stage(config.repeats.candidates * config.repeats.seeds, config.budget.train_samples, False))
     if config.confirm.candidates > 0:
         per_seed = config.confirm.candidates + (config.baseline is not None)
-        length = config.goal if config.goal is not None and config.goal.length_given else config.confirm
-        samples = None if length.epochs is not None else confirm_samples(config, 0)
-        out.append(_Stage(per_seed * config.confirm.seeds, samples, True))
+        out.append(_Stage(per_seed * config.confirm.seeds, config.confirm_samples(None), True))
     return out
 
 

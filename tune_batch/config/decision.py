@@ -9,6 +9,8 @@ from pydantic import Field, model_validator
 
 from tune_batch.config.train import Section as _Section
 
+CONFIRM_TRIALS = 8  # a confirmation run's default length, in search trials
+
 
 class ConfirmConfig(_Section):
     candidates: int = Field(2, ge=0)
@@ -90,3 +92,4 @@ class BaselineConfig(_Section):
             raise ValueError(f"batch_size {self.batch_size} does not split evenly over num_gpus {self.num_gpus} "
                              f"workers: give a multiple of {self.num_gpus}")
         return self
+

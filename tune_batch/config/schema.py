@@ -6,12 +6,13 @@ what is allowed, in one line (:class:`~tune_batch.errors.ConfigError`).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from tune_batch.config.decision import BaselineConfig, ConfirmConfig, GoalConfig
+from tune_batch.config.decision import CONFIRM_TRIALS, BaselineConfig, ConfirmConfig, GoalConfig
 from tune_batch.config.metrics import OBJECTIVE_METRICS, is_evaluated
 from tune_batch.config.sizes import parse_memory
 from tune_batch.config.space import SpaceConfig
@@ -345,6 +346,19 @@ class Config(_Section):
         if name is None:
             return None
         return name, next((o.direction for o in self.objectives if o.metric == name), "maximize")
+
+    def confirm_samples(self, train_size: int | None) -> int | None:
+        """Samples a confirmation run trains: the goal's length (``goal.train_samples``, or
+        ``goal.epochs`` passes over the training set), ``confirm.train_samples``, ``confirm.epochs``,
+        or by default ``CONFIRM_TRIALS`` (8) x ``budget.train_samples`` (chosen on the development
+        workloads: ``scripts/bench_confirm_target.py``; at 4x the target levels were set early in
+        training). None for a length in epochs while the training set's size is not known."""
+        c = self.goal if self.goal is not None and self.goal.length_given else self.confirm
+        if c.train_samples is not None:
+            return c.train_samples
+        if c.epochs is not None:
+            return None if train_size is None else max(1, math.ceil(c.epochs * train_size))
+        return CONFIRM_TRIALS * self.budget.train_samples
 
     @property
     def given_target_at(self) -> tuple[str, float] | None:

@@ -199,6 +199,10 @@ class Confirmation:
         return [c for c in (self.candidates if among is None else among)
                 if c.time_to_target_s is not None and not c.predicted]
 
+    def ranked_with_predictions(self) -> bool:
+        """Whether the recommendation (wall seconds) ranked its contenders by their estimates."""
+        return not self.at_length and not self.unpredicted(self.contenders())
+
     def run_times(self, c: Candidate, devices: bool = False) -> list[float]:
         """Training seconds to the target of each of ``c``'s runs that reached it (x num_gpus when ``devices``)."""
         scale = c.trial.params.num_gpus if devices else 1
@@ -277,7 +281,7 @@ class Confirmation:
                 "runs_stopped_at_target": self.stopped_at_target()[0],
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
-                "ranked_with_predictions": not self.at_length and not self.unpredicted(self.contenders()),
+                "ranked_with_predictions": self.ranked_with_predictions(),
                 "length_from": "goal" if self.own_run else "confirm",
                 "recommended_trial_id_device_seconds": (self.best_by(devices=True).trial.trial_id
                                                         if self.best_by(devices=True) else None),

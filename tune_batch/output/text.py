@@ -240,11 +240,12 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     # those passed over for their memory (said above), not for their time
     best_grows = conf.best is not None and conf.best.grows
     eligible = [x for x in reached if x.trial.trial_id not in conf.excluded and (not x.grows or best_grows)]
-    blend = not conf.unpredicted(eligible)
-    if not conf.at_length and not blend and any(x.predicted for x in eligible):
+    blend = conf.ranked_with_predictions()
+    contenders = conf.contenders()
+    if not conf.at_length and not blend and any(x.predicted for x in contenders):
         out.append(f"  ranked by their runs alone, without the predictions: trial(s) "
-                   f"{', '.join(str(x.trial.trial_id) for x in conf.unpredicted(eligible))} reached the target with "
-                   f"no usable prediction (no noise scale, or samples/s only from disturbed windows)")
+                   f"{', '.join(str(x.trial.trial_id) for x in conf.unpredicted(contenders))} reached the target "
+                   f"with no usable prediction (no noise scale, or samples/s only from disturbed windows)")
     if conf.best is not None and eligible and conf.best is not eligible[0] and conf.at_length:
         first = eligible[0]
         out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: the goal asks for the "

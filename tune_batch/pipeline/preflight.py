@@ -64,9 +64,8 @@ def preflight(config: Config, batch_size: int | None = None, *, address: str | N
     goal = config.goal
     if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
         from tune_batch.config.schema import short_goal
-        from tune_batch.trial.curve import confirm_samples
 
-        samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
+        samples = config.confirm_samples(len(ds.train))  # type: ignore[arg-type]
         if samples < config.budget.train_samples:
             raise ConfigError(short_goal(f"goal.epochs = {goal.epochs} ({samples} samples)", samples,
                                          config.budget.train_samples))

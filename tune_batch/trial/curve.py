@@ -44,27 +44,12 @@ from tune_batch.trial.setup import (
 from tune_batch.trial.watch import Peekable, RunMemory, RunWatch
 from tune_batch.trial.worst import WorstCase, probe
 
-CONFIRM_TRIALS = 8  # a confirmation run's default length, in search trials
-
-
-def confirm_samples(config: Config, train_size: int) -> int:
-    """Samples a confirmation run trains: the goal's length (``goal.train_samples``, or
-    ``goal.epochs`` passes over the training set), ``confirm.train_samples``, ``confirm.epochs``,
-    or by default 8 x ``budget.train_samples`` (chosen on the development workloads:
-    ``scripts/bench_confirm_target.py``; at 4x the target levels were set early in training)."""
-    c = config.goal if config.goal is not None and config.goal.length_given else config.confirm
-    if c.train_samples is not None:
-        return c.train_samples
-    if c.epochs is not None:
-        return max(1, math.ceil(c.epochs * train_size))
-    return CONFIRM_TRIALS * config.budget.train_samples
-
 
 def confirm_timeout_s(config: Config, samples: int | None = None) -> float:
     """``budget.trial_timeout_s`` scaled by how much longer a confirmation run trains than a
     trial (``samples`` unknown with ``confirm.epochs``: a generous bound, 100 x)."""
     if samples is None and config.confirm.epochs is None and (config.goal is None or config.goal.epochs is None):
-        samples = confirm_samples(config, 0)
+        samples = config.confirm_samples(0)
     factor = 100.0 if samples is None else max(1.0, samples / config.budget.train_samples)
     return config.budget.trial_timeout_s * factor
 
@@ -96,7 +81,7 @@ def _curve(config: Config, params: Params, device: torch.device, start: float, e
            cap: MemoryCap, accumulation: int = 1, placement: Placement = Placement(),
            until: Callable[[float], bool] | None = None) -> _Run:
     ds, loader, sampler = load_data(config, params, placement, device, extra)
-    samples = confirm_samples(config, len(ds.train))  # type: ignore[arg-type]
+    samples = config.confirm_samples(len(ds.train))  # type: ignore[arg-type]
     total = samples // params.batch_size
     deadline = start + confirm_timeout_s(config, samples)
     if total < 1:
@@ -206,7 +191,7 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
                              f"{config.train.loop!r}")
         from tune_batch.trial.trainers.curve import confirm_trainer
 
-        samples = confirm_samples(config, 0)  # confirm.epochs is refused for a trainer loop (preflight)
+        samples = config.confirm_samples(0)  # confirm.epochs is refused for a trainer loop (preflight)
         return boundary(p, trial_id, threads, start, base.with_(loop=config.train.loop), lambda: confirm_trainer(
             config, p, samples, confirm_timeout_s(config, samples), confirm_of=confirm_of, start=start).replace(
             trial_id=trial_id))

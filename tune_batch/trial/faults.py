@@ -23,6 +23,28 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return text.splitlines()[0][:limit] if text else ""
 
 
+def inner_errors(exc: BaseException) -> list[BaseException]:
+    """The exception and everything inside it: causes, and the workers' own exceptions of a
+    group's failure (``group.GroupError.worker_failures``)."""
+    found: list[BaseException] = []
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        found.append(e)
+        wf = getattr(e, "worker_failures", None)
+        if isinstance(wf, dict):
+            stack.extend(v for v in wf.values() if isinstance(v, BaseException))
+        for attr in ("cause", "__cause__", "__context__"):
+            inner = getattr(e, attr, None)
+            if isinstance(inner, BaseException):
+                stack.append(inner)
+    return found
+
+
 #: What Ray's memory monitor says when it kills a worker for the node's (host) memory
 _MONITOR_KILL = "killed due to the node running low on memory"
 _NODE_USE = re.compile(r"was ([\d.]+ ?[KMGT]?B) used / ([\d.]+ ?[KMGT]?B) limit")  # Ray 2.5x-2.60

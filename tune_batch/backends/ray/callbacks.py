@@ -17,7 +17,7 @@ from tune_batch.backends.ray.trainable import CONTROL_KEYS
 from tune_batch.errors import RecordNotWritten, TuneBatchError
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.store.rundir import RunDir
-from tune_batch.trial.faults import NonFiniteError, TrialTimeout, first_line, memory_monitor_reason
+from tune_batch.trial.faults import NonFiniteError, TrialTimeout, first_line, inner_errors, memory_monitor_reason
 
 #: Exceptions whose message is already the one-line reason of a trial record.
 OWN_FAULTS = (TrialTimeout, NonFiniteError, TuneBatchError)
@@ -29,7 +29,8 @@ def error_reason(err: BaseException | str | None) -> str:
     type along the cause chain), Ray's memory monitor's kill, else Ray's error type and first line."""
     if err is None:
         return "ray: the trial errored (no error was stored)"
-    if (killed := memory_monitor_reason(err if isinstance(err, str) else _chain_text(err))) is not None:
+    texts = [err] if isinstance(err, str) else [str(e) for e in inner_errors(err)]
+    if (killed := next(filter(None, map(memory_monitor_reason, texts)), None)) is not None:
         return killed
     if isinstance(err, str):  # only the text was kept: its last line
         lines = [line for line in err.strip().splitlines() if line.strip()]
@@ -46,17 +47,6 @@ def error_reason(err: BaseException | str | None) -> str:
         e = inner if isinstance(inner, BaseException) else (e.__cause__ or e.__context__)
     # the innermost error is what went wrong (Ray's wrapper's first line names only the actor, in colour)
     return f"ray: {type(last).__name__}: {_ANSI.sub('', first_line(last))}"
-
-
-def _chain_text(err: BaseException) -> str:
-    """The messages of ``err`` and the errors it wraps (Ray's ``cause``, ``__cause__``)."""
-    texts, seen, e = [], set(), err
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        texts.append(str(e))
-        inner = getattr(e, "cause", None)
-        e = inner if isinstance(inner, BaseException) else (e.__cause__ or e.__context__)
-    return "\n".join(texts)
 
 
 def trial_error(trial: Any) -> BaseException | str | None:

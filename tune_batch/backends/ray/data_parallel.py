@@ -24,7 +24,14 @@ from tune_batch.config.callables import install, registered
 from tune_batch.errors import TrialConfigError
 from tune_batch.measure.oom import is_oom_error
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
-from tune_batch.trial.faults import NonFiniteError, TrialTimeout, classify, first_line, memory_monitor_reason
+from tune_batch.trial.faults import (
+    NonFiniteError,
+    TrialTimeout,
+    classify,
+    first_line,
+    inner_errors,
+    memory_monitor_reason,
+)
 
 LAUNCHER = "tune_batch.backends.ray.group.run_group"
 KV_NAMESPACE = "tune_batch"  # Ray's key-value store (GCS): every node and Ray Client see it
@@ -90,31 +97,9 @@ def _worker_loop(loop_config: dict[str, Any], rank: Rank) -> dict[str, Any] | No
     return res.to_record() if placement.rank == 0 else None
 
 
-def _failures(exc: BaseException) -> list[BaseException]:
-    """The exception and everything inside it: causes, and the workers' own exceptions of a
-    group's failure (``group.GroupError.worker_failures``)."""
-    found: list[BaseException] = []
-    seen: set[int] = set()
-    stack: list[BaseException] = [exc]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        found.append(e)
-        wf = getattr(e, "worker_failures", None)
-        if isinstance(wf, dict):
-            stack.extend(v for v in wf.values() if isinstance(v, BaseException))
-        for attr in ("cause", "__cause__", "__context__"):
-            inner = getattr(e, attr, None)
-            if isinstance(inner, BaseException):
-                stack.append(inner)
-    return found
-
-
 def classify_failure(exc: BaseException) -> tuple[Status, str]:
     """(status, reason) of a failed worker group, from the workers' exception types."""
-    errors = _failures(exc)
+    errors = inner_errors(exc)
     for e in errors:  # before the OOM test: Ray's message reads "out of memory" too
         if (killed := memory_monitor_reason(str(e))) is not None:
             return Status.FAILED, f"a worker was {killed}"
