@@ -288,6 +288,34 @@ def test_confirmation_runs_in_the_trainer_with_its_own_evaluation(loop: str, bui
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("loop, builder, metric", [
+    ("lightning", "lightning_cnn", "val_acc"), ("transformers", "hf_tiny", "eval_loss"),
+    ("keras", "keras_dense", "val_acc"),
+])
+def test_a_confirmation_run_in_the_trainer_ends_at_a_given_target_when_asked(loop: str, builder: str,
+                                                                            metric: str) -> None:
+    """confirm.stop_at_target in a trainer loop: the trainer is told to stop at its first
+    evaluation at the target (it trained the whole length before, and validate said so)."""
+    need(loop)
+    from tune_batch.config.advice import config_notes
+    from tune_batch.trial.curve import confirm_run
+
+    loss = "loss" in metric
+    objectives = [{"metric": "samples_per_s"}, {"metric": metric, "direction": "minimize" if loss else "maximize"}]
+    # a target every evaluation reaches: the run ends at its first of 4 (after 5 of its 20 steps)
+    cfg = trainer_config(loop, builder, objectives=objectives,
+                         confirm={"candidates": 1, "train_samples": 640, "evaluations": 4, "seeds": 1,
+                                  "target": 1e6 if loss else 0.01, "stop_at_target": True})
+    assert not any("stop_at_target" in n for n in config_notes(cfg))
+    r = confirm_run(cfg, {"batch_size": 32, "lr": 0.01}, trial_id="0c0", confirm_of=0)
+    assert r.status is Status.OK, (r.reason, r.traceback)
+    assert [p[0] for p in r.info.curve] == [160.0] and r.info.steps == 5
+    assert r.info.stopped_at_target and r.info.planned_samples == 640 and r.info.train_samples_done == 160
+    assert r.metrics.samples_per_s == pytest.approx(160 / r.info.curve[0][1])
+    assert r.metrics.peak_mem_bytes > 0
+
+
+@pytest.mark.slow
 def test_a_search_in_lightning_confirms_its_candidates_there(tmp_path: Path) -> None:
     need("lightning")
     from tune_batch.pipeline.search import search

@@ -42,11 +42,9 @@ def config_notes(config: Config) -> list[str]:
                      f"{', '.join(map(str, short))}: their trials are skipped unmeasured; budget.train_samples = "
                      f"{2 * max(short)} measures them")
     given = config.given_target
-    if c.stop_at_target and c.candidates > 0 and (given is None or config.train.loop != "tune_batch"):
-        why = ("no target is given (goal.target or confirm.target): the default one is read from the runs' "
-               "whole curves" if given is None else f"train.loop = {config.train.loop} trains each run's whole "
-               f"length in the trainer")
-        notes.append(f"confirm.stop_at_target = true does nothing here: {why}")
+    if c.stop_at_target and c.candidates > 0 and given is None:
+        notes.append("confirm.stop_at_target = true does nothing here: no target is given (goal.target or "
+                     "confirm.target): the default one is read from the runs' whole curves")
     unreachable = unreachable_target(config)
     if unreachable:
         notes.append(unreachable)

@@ -42,10 +42,11 @@ class ConfirmConfig(_Section):
     replace_unreached: bool = True
     """A candidate that missed the target is replaced once by the next (docs/decision.md, a second look)."""
     stop_at_target: bool = False
-    """With a target given (goal.target or confirm.target), a run in tune_batch's own loop (one
-    worker or a worker group) ends at the first validation that reaches it: what follows cannot change its time to it,
-    and a long goal run costs only its way to the target. Off by default: the memory watch then
-    sees only the steps before the target, so a slow leak can go unflagged."""
+    """With a target given (goal.target or confirm.target), a run (tune_batch's own loop, one
+    worker or a worker group, or a trainer loop) ends at the first validation that reaches it: what
+    follows cannot change its time to it, and a long goal run costs only its way to the target.
+    Off by default: the memory watch then sees only the steps before the target, so a slow leak
+    can go unflagged."""
 
     @model_validator(mode="after")
     def _length(self) -> ConfirmConfig:

@@ -175,25 +175,23 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
 
     ``until``: called with each validation's value; the run ends at the first one it is true for
     (for a caller that reads only the time to a target: the curve up to there is the one the
-    whole run would have). Only in tune_batch's own loop. Default: ``stop_at_target``'s in that
-    loop (a worker group's runs take it in ``confirm_measure``)."""
+    whole run would have), in tune_batch's own loop and in a trainer's. Default:
+    ``stop_at_target``'s (a worker group's runs take it in ``confirm_measure``)."""
     start = time.perf_counter()
     p = Params.of(params)
     base = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed)
-    if until is None and p.num_gpus == 1 and config.train.loop == "tune_batch":
+    if until is None and p.num_gpus == 1:
         until = stop_at_target(config)
     if p.num_gpus > 1:
         return TrialResult(trial_id, p, Status.FAILED, "num_gpus > 1 is confirmed on a worker group: use the ray "
                            "backend", duration_s=0.0, info=base)
     if config.train.loop != "tune_batch":  # in the user's own trainer, with its own evaluation (trial/trainers/)
-        if until is not None:
-            raise ValueError(f"confirm_run(until=...) runs in tune_batch's own loop, not train.loop "
-                             f"{config.train.loop!r}")
         from tune_batch.trial.trainers.curve import confirm_trainer
 
         samples = config.confirm_samples(0)  # confirm.epochs is refused for a trainer loop (preflight)
         return boundary(p, trial_id, threads, start, base.with_(loop=config.train.loop), lambda: confirm_trainer(
-            config, p, samples, confirm_timeout_s(config, samples), confirm_of=confirm_of, start=start).replace(
+            config, p, samples, confirm_timeout_s(config, samples), confirm_of=confirm_of, start=start,
+            until=until).replace(
             trial_id=trial_id))
     return boundary(p, trial_id, threads, start, base, lambda: confirm_measure(
         config, p, Placement(threads=threads), confirm_of=confirm_of, extra=extra, start=start, until=until).replace(

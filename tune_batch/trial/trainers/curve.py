@@ -3,7 +3,11 @@ the same trainer, evaluated by the trainer's own evaluation at the interval it s
 (Lightning ``val_check_interval``, Transformers ``eval_steps``; Keras, which validates per epoch
 only, by ``model.evaluate`` from the callback every ``every`` steps, as ``fit`` itself does at an
 epoch's end). The curve is the one of ``trial.curve``: [samples, training seconds, the metric's
-value, loss] per evaluation, training seconds without the evaluations.
+value, loss] per evaluation, training seconds without the evaluations. With a stop test
+(``confirm.stop_at_target``) the run ends at the first evaluation it holds for: the recorder
+closes the meter's window there and each trainer's callback tells its trainer to stop
+(Lightning ``trainer.should_stop``, Transformers ``control.should_training_stop``, Keras
+``model.stop_training``).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import math
 import os
 import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -27,11 +32,13 @@ from tune_batch.trial.trainers.meter import Meter
 
 @dataclass(frozen=True)
 class EvalPlan:
-    """Evaluate ``metric`` every ``every`` optimizer steps of ``total`` (and at the end)."""
+    """Evaluate ``metric`` every ``every`` optimizer steps of ``total`` (and at the end); ``until``:
+    the run ends at the first evaluation whose value it is true for."""
 
     every: int
     total: int
     metric: str
+    until: Callable[[float], bool] | None = field(default=None, compare=False)
 
     def due(self, steps: int) -> bool:
         return steps % self.every == 0 or steps == self.total
@@ -57,11 +64,14 @@ class CurveRecorder:
         self._t0: float | None = None
         self._e0: float | None = None
         self._eval_s = 0.0
+        self.stopped = False  # the stop test held at the last evaluation: the trainer is told to stop
 
     def start(self) -> None:
         self._t0 = time.perf_counter()
 
     def eval_begin(self) -> None:
+        if self.stopped:  # a trainer that evaluates once more on its way out: not the run's
+            return
         sync(self.meter.device)  # the training seconds are the steps'
         self._e0 = time.perf_counter()
         # the memory kept between steps, read here so that its seconds count as the evaluation's
@@ -70,6 +80,8 @@ class CurveRecorder:
             self.kept.append([float(self.meter.steps), kept_bytes(self.meter.device)])
 
     def eval_end(self, scores: dict[str, float]) -> None:
+        if self.stopped:
+            return
         assert self._t0 is not None and self._e0 is not None, "eval_end() without start() and eval_begin()"
         name = self.plan.metric
         if name not in scores:
@@ -78,25 +90,30 @@ class CurveRecorder:
         train_s = self._e0 - self._t0 - self._eval_s
         self._eval_s += time.perf_counter() - self._e0
         self._e0 = None
-        self.points.append([float(self.meter.samples_done), train_s, float(scores[name]), self.meter.last_loss])
+        value = float(scores[name])
+        self.points.append([float(self.meter.samples_done), train_s, value, self.meter.last_loss])
+        if self.plan.until is not None and self.meter.steps < self.plan.total and self.plan.until(value):
+            self.stopped = True
+            self.meter.stop_now()
 
     @property
     def needs_final(self) -> bool:
-        """Whether the run's last step has no evaluation yet."""
-        return not self.points or self.points[-1][0] < self.meter.samples_done
+        """Whether the run's last step has no evaluation yet (a run stopped at its test has one)."""
+        return not self.stopped and (not self.points or self.points[-1][0] < self.meter.samples_done)
 
 
-def eval_plan(config: Config, total: int) -> EvalPlan:
+def eval_plan(config: Config, total: int, until: Callable[[float], bool] | None = None) -> EvalPlan:
     """``confirm.evaluations`` evenly spaced evaluations of the confirmation metric."""
     name = (config.confirm_metric or ("val_acc", "maximize"))[0]
-    return EvalPlan(max(1, math.ceil(total / config.confirm.evaluations)), total, name)
+    return EvalPlan(max(1, math.ceil(total / config.confirm.evaluations)), total, name, until)
 
 
 def confirm_trainer(config: Config, params: Params, samples: int, timeout_s: float, *,
-                    confirm_of: int | str | None = None, start: float | None = None) -> TrialResult:
+                    confirm_of: int | str | None = None, start: float | None = None,
+                    until: Callable[[float], bool] | None = None) -> TrialResult:
     """A confirmation run of ``samples`` in the user's trainer (``timeout_s`` from ``start``); the
-    ``ok`` record with its curve. Raises on any fault (the caller's trial boundary turns it into
-    a record)."""
+    ``ok`` record with its curve. ``until``: the run ends at the first evaluation whose value it is
+    true for. Raises on any fault (the caller's trial boundary turns it into a record)."""
     from tune_batch.trial.setup import apply_memory_cap, device_name, pick_device
     from tune_batch.trial.trainers import loop_module
     from tune_batch.trial.trainers.common import quiet, seed_everything
@@ -112,7 +129,7 @@ def confirm_trainer(config: Config, params: Params, samples: int, timeout_s: flo
     cap = apply_memory_cap(config, device)
     seed_everything(config.search.seed)
     module = loop_module(config.train.loop)
-    evals = eval_plan(config, total)
+    evals = eval_plan(config, total, until)
     with quiet(module.LOGGERS), kept_scope():
         run = module.train(config, params, plan, device, cap, start + timeout_s, False, evals)
     assert run.curve, "a trainer loop returned no curve"
@@ -126,6 +143,7 @@ def confirm_trainer(config: Config, params: Params, samples: int, timeout_s: flo
                      loop=config.train.loop, device=device_name(device, torch.get_num_threads()), data=run.data,
                      curve=run.curve, chance_acc=run.chance_acc, steps=run.steps, train_samples_done=int(done),
                      train_s=train_s, final_loss=loss, world_size=1, per_worker_batch=params.batch_size,
+                     planned_samples=total * params.batch_size, stopped_at_target=run.steps < total or None,
                      precision=run.precision, accumulation_steps=run.accumulation, micro_batch_size=run.micro_batch,
                      memory_cap_bytes=cap.bytes, peak_mem_method=run.peak_method, memory_kept_bytes=kept,
                      memory_growth=growth(kept, run.peak_bytes).to_dict())

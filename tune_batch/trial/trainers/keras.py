@@ -82,7 +82,7 @@ class MeterCallback(keras.callbacks.Callback):
             x, y = self.validation
             self.recorder.eval_end(_scores(self.model.evaluate(x, y, batch_size=self.batch_size, verbose=0,
                                                                return_dict=True)))
-        if self.meter.steps >= self.meter.plan.total:
+        if self.meter.steps >= self.meter.plan.total or (self.recorder is not None and self.recorder.stopped):
             self.model.stop_training = True
 
 

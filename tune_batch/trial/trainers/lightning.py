@@ -112,6 +112,8 @@ class CurveCallback(pl.Callback):
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.recorder.eval_end(_floats(trainer.callback_metrics))
+        if self.recorder.stopped:  # at the target (confirm.stop_at_target): Lightning ends after this step
+            trainer.should_stop = True
 
 
 def _floats(metrics: Any) -> dict[str, float]:

@@ -158,8 +158,20 @@ class Meter:
         gpu_window = getattr(self._gpu, "window", None)
         self._rss_peak = self._rss.peak_bytes if self._rss is not None else None
         self._stack.close()  # the GPU sampler (and the RSS sampler) stop here
-        self.window = Window(now - self._t0, self.plan.timed, 0, self._wait_s, cuda_peak, cpu,
+        self.window = Window(now - self._t0, self.steps - self.plan.warmup, 0, self._wait_s, cuda_peak, cpu,
                              gpu_window, self._gpu_note, tuple(self._blocks))
+
+    def stop_now(self) -> None:
+        """The run ends before its last step (a confirmation run at its target): the window
+        closes here, over the steps timed so far."""
+        if not self.timing:
+            return
+        sync(self.device)
+        now = time.perf_counter()
+        if self._block_steps:
+            self._blocks.append((self._block_steps, now - self._block_t))
+            self._block_steps = 0
+        self._close(now)
 
     def abort(self) -> None:
         """Stop what samples (the trainer raised): the profiler, the RSS and GPU samplers."""

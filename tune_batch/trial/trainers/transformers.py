@@ -119,6 +119,8 @@ class CurveCallback(TrainerCallback):
     def on_evaluate(self, args: TrainingArguments, state: Any, control: Any, metrics: Any = None,
                     **kwargs: Any) -> None:
         self.recorder.eval_end(_scores(metrics or {}))
+        if self.recorder.stopped:  # at the target (confirm.stop_at_target): the Trainer ends after this step
+            control.should_training_stop = True
 
 
 def _scores(out: dict[str, Any]) -> dict[str, float]:
