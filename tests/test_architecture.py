@@ -229,6 +229,7 @@ def process_state() -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 def test_search_leaves_no_process_wide_state_behind(tmp_path: Path) -> None:
     # libraries' own import-time settings (torch's KMP_* variables, optuna's INFO default, plotly's
     # warning filter) are theirs: import them first, so that what is compared is what search() does

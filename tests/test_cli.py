@@ -176,12 +176,14 @@ def test_report_needs_a_run_dir(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert code == 2 and "no config.yaml" in err
 
 
+@pytest.mark.slow
 def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "tune_batch", "validate", QUICK], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path, timeout=120)
     assert p.returncode == 0 and "valid" in p.stdout
 
 
+@pytest.mark.slow
 def test_loading_a_config_does_not_import_torch_or_ray() -> None:
     # the library's config validation stays light; `tune-batch validate` also builds the
     # workload (the checks search makes before writing anything), which needs torch, never Ray

@@ -267,6 +267,7 @@ def test_accurate_configs_among_noisy_ones_are_learned_and_on_the_front() -> Non
     assert 10 in [t.trial_id for t in confirm_candidates(report, 2)]
 
 
+@pytest.mark.slow
 def test_a_confirmation_run_trains_at_length_records_its_curve_and_stops_when_told() -> None:
     cfg = tiny_config(confirm={"train_samples": 2048, "evaluations": 4})
     r = confirm_run(cfg, {"batch_size": 32, "lr": 0.05, "num_gpus": 1}, trial_id="0c0", confirm_of=0)
@@ -308,6 +309,7 @@ def test_a_confirmation_run_trains_at_length_records_its_curve_and_stops_when_to
     assert loss(1.2) and loss(0.7) and not loss(1.3)
 
 
+@pytest.mark.slow
 def test_search_confirms_then_recommends_and_resumes_without_rerunning(tmp_path: Path) -> None:
     cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 4},
                       # a fixed target both seeds of a candidate reach (0.95 x the best run's is set by

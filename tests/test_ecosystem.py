@@ -19,6 +19,7 @@ from tune_batch.pipeline.search import search
 from tune_batch.store.records import Metrics, Status, TrialResult
 
 
+@pytest.mark.slow
 def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tiny_config(search={"backend": "optuna", "log_to": ["mlflow"]}, budget={"trials": 3},
@@ -87,6 +88,7 @@ def test_the_study_is_named_the_run_loads_into_pandas_and_goes_to_mlflow(tmp_pat
     assert len(theirs.search_runs([theirs.get_experiment_by_name(cfg.name).experiment_id])) == 1 + len(lines)
 
 
+@pytest.mark.slow
 def test_optunas_own_pareto_plot_names_objectives_and_sets_infeasible_trials_apart(tmp_path: Path) -> None:
     cfg = tiny_config(search={"backend": "optuna"}, budget={"trials": 3},
                       model={"name": "tests.workloads:oom_above", "kwargs": {"limit": 32}},
@@ -129,6 +131,7 @@ def _looked_up(config, params, trial_id=None, **_):  # a trial's result looked u
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None or DASHBOARD is None,
                     reason="needs chromium and optuna-dashboard (pip install optuna-dashboard)")
+@pytest.mark.slow
 def test_optuna_dashboard_names_the_objectives_and_sees_the_constraints(tmp_path: Path) -> None:
     from tune_batch.optuna import Objective
     from tune_batch.study import seam

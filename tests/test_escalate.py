@@ -105,6 +105,7 @@ def test_by_default_two_candidates_are_confirmed_and_three_rates_when_nothing_wa
         update={"candidates": 4})}), SHORT))) == 4  # more when asked
 
 
+@pytest.mark.slow
 def test_a_search_that_learns_nothing_escalates_within_its_cap_and_says_so(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     # a learning rate far too small to learn anything at any length tried: three confirmation

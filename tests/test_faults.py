@@ -155,6 +155,7 @@ def test_a_search_whose_trial_rays_memory_monitor_kills_records_why(tmp_path: Pa
 
 
 @pytest.mark.parametrize("backend", ["optuna", "ray"])
+@pytest.mark.slow
 def test_a_config_mistake_every_trial_meets_stops_the_search_after_the_first(tmp_path: Path, backend: str) -> None:
     """A lightning search whose objective its module never logged trained all 4 trials to fail
     each the same way (ValueError: objective 'eval_loss' is not among what the trainer's

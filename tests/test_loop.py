@@ -77,6 +77,7 @@ def test_mixed_precision_trials_run_and_say_so(precision: str) -> None:
     assert r.metrics.val_acc > 0.3 and math.isfinite(r.info.final_loss)
 
 
+@pytest.mark.slow
 def test_mfu_is_held_against_the_peak_of_the_trials_precision() -> None:
     r = run_trial(tiny_config(train={"precision": "bf16"}, resources={"peak_flops": None}), P)
     assert r.status is Status.OK, r.reason
@@ -89,6 +90,7 @@ def test_channels_last_and_fixed_accumulation_are_recorded() -> None:
     assert r.info.accumulation_steps == 4 and r.info.micro_batch_size == 8
 
 
+@pytest.mark.slow
 def test_auto_accumulation_trains_every_batch_size_under_a_cap_that_cuts_half() -> None:
     space = {"batch_size": [16, 32, 64, 128]}
     cap = {"device_memory": "6144KiB"}
@@ -109,6 +111,7 @@ def test_compiled_trial_keeps_compile_time_out_of_the_window() -> None:
     assert r.info.warmup_steps >= 3
 
 
+@pytest.mark.slow
 def test_a_language_model_with_its_own_step_and_evaluation(tmp_path: Path) -> None:
     cfg = load_config(REPO / "configs" / "tiny_lm.yaml",
                       ["search.backend=optuna", "budget.trials=3", "repeats.seeds=0", "budget.train_samples=1024",
@@ -154,6 +157,7 @@ def test_the_ladder_scales_the_lr_by_the_optimizer_family() -> None:
     assert a64["lr"] / a16["lr"] == pytest.approx(2.0)  # square root for Adam
 
 
+@pytest.mark.slow
 def test_builders_step_and_evaluate_as_python_callables(tmp_path: Path) -> None:
     """What a notebook user does: functions defined right here (Ray ships them by value)."""
     from torch.utils.data import TensorDataset

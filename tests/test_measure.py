@@ -54,6 +54,7 @@ class _Last(torch.nn.Module):
 
 
 @pytest.mark.serial
+@pytest.mark.slow
 def test_mfu_of_a_one_matmul_model_matches_the_matmul_benchmark() -> None:
     # peak fixed in the config, so both sides divide by the same number
     peak = 100e9

@@ -173,6 +173,7 @@ def test_find_max_batch_when_nothing_fits() -> None:
     assert res.batch_size is None and "does not fit even at batch_size 16" in res.message
 
 
+@pytest.mark.slow
 def test_max_batch_for_real_on_cpu_under_a_cap() -> None:
     cfg = tiny_config(resources={"device_memory": "40MiB"})
     res = max_batch(cfg)

@@ -84,6 +84,7 @@ def _varlen(cap: str | None = None, **data: Any) -> Config:
     return load_config(VARLEN, sets + ([f"resources.device_memory={cap}"] if cap else []))
 
 
+@pytest.mark.slow
 def test_a_random_window_underestimates_the_peak_of_variable_length_data() -> None:
     r = run_trial(_varlen(), {"batch_size": 32, "lr": 1e-3})
     assert r.status is Status.OK, r.reason
@@ -92,6 +93,7 @@ def test_a_random_window_underestimates_the_peak_of_variable_length_data() -> No
     assert "the 32 largest of 4096 samples" in r.info.peak_mem_worst_method
 
 
+@pytest.mark.slow
 def test_without_the_worst_case_a_fitting_config_runs_out_of_memory_later_and_with_it_not() -> None:
     # 48 MiB: batch 32's window (~18 MiB) fits with room to spare, its longest batch (~68 MiB) does not
     off = _varlen("48MiB", worst_case="off")
@@ -127,6 +129,7 @@ def test_no_config_a_search_recommends_runs_out_of_memory_at_length(tmp_path: Pa
 # ---------------------------------------------------------------- a confirmation run, watched
 
 
+@pytest.mark.slow
 def test_a_confirmation_run_records_its_memory_and_a_leak_is_flagged() -> None:
     cfg = tiny_config(confirm={"train_samples": 2048, "evaluations": 4})
     r = confirm_run(cfg, {"batch_size": 16, "lr": 0.05}, trial_id="0c0", confirm_of=0)
@@ -159,6 +162,7 @@ def test_a_run_with_many_evaluations_reads_the_kept_memory_a_few_times_and_still
     assert g["flagged"] and g["bytes_per_1000_steps"] == pytest.approx(64 * 1024 * 1000, rel=0.05)
 
 
+@pytest.mark.slow
 def test_a_leaking_config_is_not_recommended_silently(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tune_batch.pipeline.search import search
 
@@ -270,6 +274,7 @@ def test_nvml_unavailable_leaves_the_usable_memory_unknown_with_a_note(monkeypat
 # ---------------------------------------------------------------- restore what the process had
 
 
+@pytest.mark.slow
 def test_no_trial_leaves_memory_allocated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tune_batch.cli import main
     from tune_batch.pipeline.max_batch import max_batch
@@ -308,6 +313,7 @@ def test_live_tensor_bytes_passes_over_fake_tensors_a_compile_leaves_reachable()
     assert live_tensor_bytes() > 0
 
 
+@pytest.mark.slow
 def test_readings_inside_a_run_freeze_the_heap_and_see_the_same_bytes_as_whole_ones(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """After a run's first reading the heap is frozen, so the later ones collect and scan only

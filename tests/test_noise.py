@@ -229,6 +229,7 @@ def test_no_recommendation_far_below_the_best_accuracy_unless_faster_beyond_nois
     assert report.recommended.metrics.val_acc >= best - 0.05
 
 
+@pytest.mark.slow
 def test_optuna_backend_repeats_front_candidates_and_resumes(tmp_path: Path) -> None:
     from tune_batch.pipeline.search import search
 
@@ -250,6 +251,7 @@ def test_optuna_backend_repeats_front_candidates_and_resumes(tmp_path: Path) -> 
 
 
 @pytest.mark.serial
+@pytest.mark.slow
 def test_a_trial_beside_a_busy_process_is_flagged_disturbed() -> None:
     from tune_batch.trial import run_trial
 

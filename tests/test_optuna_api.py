@@ -23,6 +23,7 @@ from tune_batch.optuna import Objective, suggest
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+@pytest.mark.slow
 def test_objective_in_a_users_sqlite_study_with_extra_hyperparameter(tmp_path: Path) -> None:
     # README example: the user's study, sampler and storage; tune_batch measures
     cfg = tiny_config(model={"name": "tests.workloads:tiny_with_dropout", "kwargs": {"width": 8}},
@@ -103,6 +104,7 @@ def test_suggest_on_a_users_trial() -> None:
     assert p["batch_size"] in (16, 32, 64) and p["num_gpus"] in (1, 2) and 0.01 <= p["lr"] <= 0.1
 
 
+@pytest.mark.slow
 def test_optuna_backend_search_and_the_optuna_cli(tmp_path: Path) -> None:
     cfg = tiny_config(search={"backend": "optuna", "seed": 2}, budget={"trials": 3, "train_samples": 512})
     out = tmp_path / "run"

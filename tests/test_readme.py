@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
+@pytest.mark.slow
 def test_readme_optuna_example_runs(tmp_path: Path) -> None:
     text = (REPO / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)

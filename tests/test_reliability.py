@@ -60,6 +60,7 @@ def test_stale_session_dirs_and_their_processes_are_swept(tmp_path: Path) -> Non
                 p.kill()
 
 
+@pytest.mark.slow
 def test_a_continued_search_does_not_repropose_measured_points(tmp_path: Path) -> None:
     cfg = tiny_config(search={"backend": "optuna", "sampler": "random", "seed": 0}, budget={"trials": 2})
     search(cfg, tmp_path / "run", quiet=True)

@@ -120,6 +120,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
+@pytest.mark.slow
 def test_report_html_renders_in_headless_chromium(tmp_path: Path) -> None:
     report = build_report(tiny_config(), RECS)
     write_files(report, tmp_path)

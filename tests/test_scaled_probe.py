@@ -174,6 +174,7 @@ def _two_workers_faster(config, params, **kw):
 
 @pytest.mark.parametrize("name", ["gp", "tpe", "nsga2", "random"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.slow
 def test_a_search_over_gpu_counts_runs_to_its_budget(name: str, seed: int) -> None:
     """num_gpus [1, 2]: the probe hands the model num_gpus alone, the model's own turns the whole
     space; the GP sampler's cached kernels of one dimension must not meet the other (it raised
@@ -196,6 +197,7 @@ def test_a_search_over_gpu_counts_runs_to_its_budget(name: str, seed: int) -> No
 
 
 @pytest.mark.parametrize("name", ["nsga2", "gp"])
+@pytest.mark.slow
 def test_a_proposal_of_measured_params_is_not_trained_again(name: str) -> None:
     """Every search trial trains with search.seed, so a proposal of params already measured would
     measure the same thing again (NSGA-II's crossover on a small population re-proposes parents;

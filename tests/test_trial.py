@@ -172,6 +172,7 @@ def test_profiled_steps_write_a_trace_and_stay_out_of_the_window(tmp_path) -> No
     assert json.loads(traces[0].read_text())["traceEvents"]
 
 
+@pytest.mark.slow
 def test_measurement_never_touches_training(tmp_path) -> None:
     # profiling on and a window lengthened by extra steps, against neither: the model that
     # val_acc sees is the one train_samples of training left, exactly
