@@ -247,6 +247,9 @@ def test_readme_cluster_recipe_with_ray_start_and_ray_client(tmp_path: Path) -> 
                            cwd=tmp_path, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
         assert p.returncode == 0, p.stderr[-3000:] + _client_server_logs(root)
         assert f"ray: the cluster at ray://127.0.0.1:{client} (RAY_ADDRESS): " in p.stdout, p.stdout
+        # said before the connection, which can take a while
+        assert p.stdout.index(f"ray: connecting to the cluster at ray://127.0.0.1:{client} (RAY_ADDRESS) ...") < \
+            p.stdout.index("ray: the cluster at"), p.stdout
         (rec,) = _records(tmp_path / "client-run")  # Tune's driver ran on the head node, which sees this directory
         assert rec["status"] == "ok", rec["reason"]
     finally:

@@ -44,11 +44,15 @@ def _announce(config: Config, plan: ResourcePlan, cluster: dict[str, float], pro
     counts = sorted({n for n in [*plan.gpu_choices, base] if n > 1 and plan.fits(n)})
     groups = ", ".join(f"num_gpus {n}: {n} x {plan.worker_cpus(n):.2f} CPU" + (" + 1 GPU" if plan.gpus else "")
                        + (" (the baseline)" if n not in plan.gpu_choices else "") for n in counts)
-    where = " (RAY_ADDRESS)" if address_origin(address) == "RAY_ADDRESS" else ""
-    at = f"the cluster at {address}{where}: " if address else ""
+    at = f"the cluster at {_named(address)}: " if address else ""
     progress.say(f"ray: {at}{cluster.get('CPU', 0):g} CPU, {int(cluster.get('GPU', 0))} GPU; a one-worker trial asks "
                  f"{plan.request(1)}; up to {plan.concurrent} at a time"
                  + (f"; worker groups: {groups}" if groups else ""))
+
+
+def _named(address: str) -> str:
+    """A cluster address as the user gave it, and where from when it was the environment."""
+    return address + (" (RAY_ADDRESS)" if address_origin(address) == "RAY_ADDRESS" else "")
 
 
 @contextmanager
@@ -138,6 +142,8 @@ def session(config: Config, run_dir: RunDir, *, address: str | None, verbose: bo
     """A Ray session (started here, or joined at ``address``) with the resource plan of
     ``config``'s trials, announced once; closed (and cleaned up) on leaving."""
     planning = config.model_copy(update={"budget": config.budget.model_copy(update={"trials": max(1, trials_left)})})
+    if address:  # a connection can take a while (Ray Client's proxy waits up to 30 s for a session's server)
+        kwargs["progress"].say(f"ray: connecting to the cluster at {_named(address)} ...")
     with ray_session(address, verbose=verbose) as cluster:
         check_client_run_dir(address, str(run_dir.path.resolve()))
         plan = plan_resources(planning, cluster, node_cpus())
