@@ -93,4 +93,3 @@ class BaselineConfig(_Section):
             raise ValueError(f"batch_size {self.batch_size} does not split evenly over num_gpus {self.num_gpus} "
                              f"workers: give a multiple of {self.num_gpus}")
         return self
-

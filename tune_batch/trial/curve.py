@@ -48,8 +48,8 @@ from tune_batch.trial.worst import WorstCase, probe
 def confirm_timeout_s(config: Config, samples: int | None = None) -> float:
     """``budget.trial_timeout_s`` scaled by how much longer a confirmation run trains than a
     trial (``samples`` unknown with ``confirm.epochs``: a generous bound, 100 x)."""
-    if samples is None and config.confirm.epochs is None and (config.goal is None or config.goal.epochs is None):
-        samples = config.confirm_samples(0)
+    if samples is None:
+        samples = config.confirm_samples(None)
     factor = 100.0 if samples is None else max(1.0, samples / config.budget.train_samples)
     return config.budget.trial_timeout_s * factor
 

@@ -142,12 +142,17 @@ class Meter:
         self._block_steps += 1
         if self._block_steps < self._sizes[len(self._blocks)]:
             return
+        now = self._end_block()
+        if len(self._blocks) == len(self._sizes):
+            self._close(now)
+
+    def _end_block(self) -> float:
+        """The running block ends here (device synchronised); returns the time it ended."""
         sync(self.device)
         now = time.perf_counter()
         self._blocks.append((self._block_steps, now - self._block_t))
         self._block_t, self._block_steps = now, 0
-        if len(self._blocks) == len(self._sizes):
-            self._close(now)
+        return now
 
     def _close(self, now: float) -> None:
         assert self._t0 is not None and self._cpu is not None
@@ -166,12 +171,11 @@ class Meter:
         closes here, over the steps timed so far."""
         if not self.timing:
             return
-        sync(self.device)
-        now = time.perf_counter()
         if self._block_steps:
-            self._blocks.append((self._block_steps, now - self._block_t))
-            self._block_steps = 0
-        self._close(now)
+            self._close(self._end_block())
+        else:
+            sync(self.device)
+            self._close(time.perf_counter())
 
     def abort(self) -> None:
         """Stop what samples (the trainer raised): the profiler, the RSS and GPU samplers."""
