@@ -1,10 +1,12 @@
 """What the CPU step-memory reading costs, torch's whole memory analysis against the one kept
-(``measure.memory._totals_profile``: no sorting into categories), on the same profiled steps.
+(``measure.memory._profile_peak``: one walk of the profiled events for the timeline's totals, with
+no data flow graph or categories), on the same profiled steps.
 
 On a CPU, tune_batch reads a training step's peak tensor bytes from torch's memory profiler: each
 trial's worst-case probe (a train and an evaluation step), and in each confirmation run one step
 per quarter and each larger batch. The analysis of a step's profile took longer than the step
-itself (tiny_lm: 0.45 s for a 0.02 s step). This script builds each config's model, optimizer and
+itself (tiny_lm: 0.45 s for a 0.02 s step; torch's analysis without its categories, kept until
+2026-12-07, still 0.3 s). This script builds each config's model, optimizer and
 step as a trial does (``trial.loop.Stepper``), profiles ``--repeats`` real steps, and reads each
 profile both ways, in alternating order: whether the two peaks are the same bytes (they must be:
 the categories only split the total), and the seconds each analysis took.
@@ -28,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tune_batch.config import load_config  # noqa: E402
-from tune_batch.measure.memory import StepPeak, _totals_profile, quiet_native_stderr  # noqa: E402
+from tune_batch.measure.memory import StepPeak, _profile_peak, quiet_native_stderr  # noqa: E402
 from tune_batch.trial.loop import Recipe, Stepper, cycle, loader, make_optimizer, prime  # noqa: E402
 from tune_batch.workload import build_datasets, build_model  # noqa: E402
 
@@ -71,8 +73,9 @@ def one_config(path: str, overrides: list[str], repeats: int, batch_size: int) -
         readings = {}
         for way in (("whole", "kept") if i % 2 == 0 else ("kept", "whole")):
             t = time.perf_counter()
-            profile = peak._prof._memory_profile() if way == "whole" else _totals_profile(result)
-            readings[way] = (peak_of(profile), time.perf_counter() - t)
+            got = (peak_of(peak._prof._memory_profile()) if way == "whole"
+                   else _profile_peak(result, torch.device("cpu")))
+            readings[way] = (got, time.perf_counter() - t)
         same += readings["whole"][0] == readings["kept"][0]
         whole_s.append(readings["whole"][1])
         kept_s.append(readings["kept"][1])

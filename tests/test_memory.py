@@ -28,15 +28,15 @@ def test_step_profiler_sees_a_known_allocation_within_10_percent(size_mib: int) 
     assert step_peak_bytes(step) == pytest.approx(2 * size_mib * MiB, rel=0.10)
 
 
-def test_the_step_peak_is_torchs_whole_analysis_without_its_categories() -> None:
-    """The peak read without sorting tensors into categories is the bytes torch's whole memory
-    analysis reads, on a step with parameters, BatchNorm buffers, a frozen layer, AdamW state
-    and a temporary freed inside it."""
+def test_the_step_peak_is_the_total_of_torchs_whole_memory_analysis() -> None:
+    """The peak read from one walk of the profiled events is the bytes torch's whole memory
+    analysis reads (its data flow graph, categories and timeline), on a step with parameters,
+    BatchNorm buffers, a frozen layer, AdamW state and a temporary freed inside it."""
     from torch import nn
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import MemoryProfileTimeline
 
-    from tune_batch.measure.memory import _totals_profile, quiet_native_stderr
+    from tune_batch.measure.memory import _profile_peak, quiet_native_stderr
 
     class Net(nn.Module):
         def __init__(self) -> None:
@@ -75,7 +75,7 @@ def test_the_step_peak_is_torchs_whole_analysis_without_its_categories() -> None
 
     whole = peak(prof._memory_profile())
     assert whole > 1 << 20  # the scratch buffer and the model's state are in it
-    assert peak(_totals_profile(prof.profiler.kineto_results)) == whole
+    assert _profile_peak(prof.profiler.kineto_results, torch.device("cpu")) == whole
 
 
 def test_trial_peak_memory_grows_linearly_with_the_batch() -> None:

@@ -70,14 +70,11 @@ class StepPeak:
 
     def stop(self) -> int:
         import torch
-        from torch.profiler._memory_profiler import MemoryProfileTimeline
 
         assert self._quiet is not None, "stop() before start()"
         quiet, self._quiet = self._quiet, None
         quiet.close()  # leaves the profiler (it has recorded the step), then puts fd 2 back
-        timeline = MemoryProfileTimeline(_totals_profile(self._prof.profiler.kineto_results))
-        _, sizes = timeline._coalesce_timeline(torch.device("cpu"))
-        return int(max((sum(s) for s in sizes), default=0))
+        return _profile_peak(self._prof.profiler.kineto_results, torch.device("cpu"))
 
     def cancel(self) -> None:
         """Leave the profiler without reading it (the step raised)."""
@@ -86,27 +83,103 @@ class StepPeak:
             quiet.close()
 
 
-def _totals_profile(result: Any) -> Any:
-    """torch's ``MemoryProfile`` of a profiled step, with only what its timeline's totals need.
+def _key(t: Any) -> tuple | None:
+    """A storage as torch's memory analysis keys it (``TensorKey``): tensor id, data pointer,
+    allocation id, device; None where the profiler did not assign all of them."""
+    if t is None or t.id is None or t.allocation_id is None:
+        return None
+    ptr = t.ptr if hasattr(t, "alloc_size") else t.storage_data_ptr
+    return None if ptr is None else (t.id, ptr, t.allocation_id, t.device)
 
-    The timeline lists every tensor the step allocated, freed or found already there: from the op
-    tree, its data flow graph, the tensors' sizes, and the tensors the Python tracer saw as a
-    module's parameters, their gradients and an optimizer's state (these can be untouched by any
-    op of the step and still be counted). The rest of torch's analysis sorts tensors into
-    categories (inputs, activations, parameters found by data flow, autograd detail): it decides
-    which category a tensor's bytes are drawn in, never whether they are counted, and it was a
-    quarter of the analysis's seconds. ``scripts/bench_step_peak.py`` compares both ways."""
-    from torch.profiler import _memory_profiler as mp
 
-    profile = mp.MemoryProfile.__new__(mp.MemoryProfile)
-    profile._op_tree = mp.OpTree(result)
-    profile._data_flow_graph = mp.DataFlowGraph(profile._op_tree)
-    profile._size_map = mp.SizeMap(profile._op_tree)
-    profile._categories = mp.CategoryDict()
-    profile._set_gradients_and_temporaries()
-    profile._set_parameters_using_python_tracer()
-    profile._set_optimizer_state()
-    return profile
+def _seen(result: Any) -> tuple[dict, set, list]:
+    """One walk over a profiled step's event tree: the bytes of every storage an op's inputs or
+    the Python tracer showed (a module's parameters and gradients, an optimizer's parameters,
+    gradients and state), and the allocation events in time order."""
+    import torch
+    from torch._C._profiler import _EventType, _TensorMetadata
+    from torch._utils import _element_size
+
+    shown: dict[tuple, int] = {}
+    allocs: list[tuple[int, Any]] = []
+
+    def show(t: Any) -> None:
+        key = _key(t)
+        if key is not None:
+            n = 0
+            if t.layout == torch.strided:  # a view's extent: its largest size x stride
+                n = max(a * b for a, b in zip(t.sizes or [1], t.strides or [1], strict=True)) * _element_size(t.dtype)
+            shown[key] = max(shown.get(key, 0), n)
+
+    stack = list(result.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        stack.extend(event.children)
+        kind, fields = event.typed
+        if kind == _EventType.TorchOp:
+            for i in fields.inputs:
+                for t in i if isinstance(i, list) else [i]:
+                    if isinstance(t, _TensorMetadata):
+                        show(t)
+        elif kind == _EventType.PyCall:
+            for _, p, grad in fields.module.parameters if fields.module is not None else ():
+                show(p)
+                show(grad)
+            for p, grad, state in fields.optimizer.parameters if fields.optimizer is not None else ():
+                show(p)
+                show(grad)
+                for _, t in state:
+                    show(t)
+        elif kind == _EventType.Allocation:
+            allocs.append((event.start_time_ns, fields))
+    allocs.sort(key=lambda a: a[0])
+    return shown, set(shown), allocs
+
+
+def _profile_peak(result: Any, device: Any) -> int:
+    """The peak of the live tensor bytes on ``device`` during a profiled step: the total that
+    torch's memory timeline (``MemoryProfileTimeline``) reaches, read from one walk of the events.
+
+    That timeline counts every storage the step's ops or the Python tracer saw and the step did not
+    allocate as there from the start (at the largest extent any view of it showed, or its
+    allocation's size where a free of it was recorded), adds each allocation's bytes when it
+    happened and takes each free's away, and reads the totals once per microsecond. Its data flow
+    graph and categories only version and label those bytes: they change no total, and were most
+    of its seconds (``scripts/bench_step_peak.py`` reads the same steps both ways)."""
+    shown, keys, allocs = _seen(result)
+    size: dict[tuple, int] = {}  # an allocated storage's bytes, from its first event
+    created: set[tuple] = set()
+    for _, a in allocs:
+        key = _key(a)
+        if key is not None:
+            size.setdefault(key, abs(a.alloc_size))
+            if a.alloc_size > 0:
+                created.add(key)
+    change: dict[int, int] = {-1: 0}  # per microsecond (-1: there from the start)
+    live_unkeyed: set[tuple] = set()
+    for t, a in allocs:
+        if a.device != device:
+            continue
+        us, key = int(t / 1000), _key(a)  # the timeline's own rounding of nanoseconds
+        if key is not None:
+            delta = size[key] if a.alloc_size > 0 else -size[key] if a.alloc_size < 0 else 0
+        elif a.alloc_size > 0:  # an allocation no tensor claimed, counted by its pointer
+            delta = 0 if (a.ptr, a.device) in live_unkeyed else a.alloc_size
+            live_unkeyed.add((a.ptr, a.device))
+        else:  # its free; one whose allocation came before the step was there from the start
+            delta = a.alloc_size
+            if (a.ptr, a.device) not in live_unkeyed:
+                change[-1] -= a.alloc_size
+            live_unkeyed.discard((a.ptr, a.device))
+        change[us] = change.get(us, 0) + delta
+    for key in keys | set(size):
+        if key[3] == device and key not in created:
+            change[-1] += size.get(key, shown.get(key, 0))
+    total, peak = 0, 0
+    for us in sorted(change):
+        total += change[us]
+        peak = max(peak, total)
+    return peak
 
 
 def step_peak_bytes(step: Callable[[], None]) -> int:
