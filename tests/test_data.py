@@ -70,11 +70,23 @@ def test_cifar10_corrupt_batch_is_a_clear_error(tmp_path: Path) -> None:
         build_datasets(cfg.data, num_classes=10)
 
 
-def test_digits_is_real_and_split() -> None:
+def test_digits_is_real_and_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from tune_batch.workload.data import digits_arrays
+
     cfg = config_from_dict({"data": {"name": "digits", "resize": 32, "val_samples": 397}})
-    ds = build_datasets(cfg.data, num_classes=10)
+    with monkeypatch.context() as m:  # read from scikit-learn's file, its loader never imported
+        m.setitem(sys.modules, "sklearn.datasets", None)
+        ds = build_datasets(cfg.data, num_classes=10)
+        images, labels = digits_arrays()
     assert len(ds.train) + len(ds.val) == 1797 and len(ds.val) == 397
     assert ds.train[0][0].shape == (3, 32, 32)
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()  # the very values scikit-learn's loader gives
+    assert torch.equal(images, torch.tensor(bunch.images, dtype=torch.float32))
+    assert torch.equal(labels, torch.tensor(bunch.target, dtype=torch.long))
 
 
 def test_synthetic_is_seeded_and_learnable() -> None:

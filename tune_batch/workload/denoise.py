@@ -31,11 +31,11 @@ def data(rows: int = 8192, val_rows: int = 1024, size: int = 16, noise: float = 
          seed: int = 0) -> tuple[Dataset, Dataset]:
     """(train, val): ``rows`` and ``val_rows`` pairs of (noisy image, clean image), each of shape
     (1, ``size``, ``size``), from disjoint sets of source digits."""
-    from sklearn.datasets import load_digits
+    from tune_batch.workload.data import digits_arrays
 
     if size < 8:
         raise ValueError(f"size = {size}: must be at least 8 pixels (the digits' own)")
-    images = torch.tensor(load_digits().images, dtype=torch.float32)[:, None] / 16.0
+    images = digits_arrays()[0][:, None] / 16.0
     images = nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
     gen = torch.Generator().manual_seed(seed + 15485863)
     order = torch.randperm(len(images), generator=gen)
