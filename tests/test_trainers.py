@@ -115,9 +115,12 @@ def test_preflight_refuses_what_a_trainer_loop_cannot_do_yet() -> None:
 
     with pytest.raises(ConfigError, match=r"space.num_gpus = \[1, 2\]: train.loop = lightning runs one device"):
         preflight(trainer_config("lightning", "lightning_cnn", space={"num_gpus": [1, 2]}))
-    with pytest.raises(ConfigError,
-                       match=r"confirm.epochs = 2.0: with train.loop = lightning give confirm.train_samples"):
-        preflight(trainer_config("lightning", "lightning_cnn", confirm={"candidates": 2, "epochs": 2.0}))
+    # a run's length in epochs is passes over the builder's training set (1497 samples): one shorter
+    # than a trial is refused once that size is known, as in tune_batch's own loop
+    with pytest.raises(ConfigError, match=r"^goal.epochs = 0.1 \(150 samples\) is shorter than one trial"):
+        preflight(trainer_config("lightning", "lightning_cnn", confirm={"candidates": 1}, goal={"epochs": 0.1}))
+    assert "1497 training samples" in preflight(trainer_config("lightning", "lightning_cnn",
+                                                               confirm={"candidates": 1, "epochs": 2.0}))
 
 
 @pytest.mark.parametrize("builder, match", [
@@ -285,6 +288,29 @@ def test_confirmation_runs_in_the_trainer_with_its_own_evaluation(loop: str, bui
     assert r.metrics.peak_mem_bytes > 0 and r.info.peak_mem_method
     assert [k[0] for k in r.info.memory_kept_bytes] == [5.0, 10.0, 15.0, 20.0]
     assert r.info.memory_growth is not None and r.info.memory_growth["flagged"] is False
+
+
+@pytest.mark.parametrize("loop, builder, metric, train_size", [
+    ("lightning", "lightning_cnn", "val_acc", 1497), ("transformers", "hf_tiny", "eval_loss", 512),
+    ("keras", "keras_dense", "val_acc", 1497),
+])
+def test_a_confirmation_run_in_epochs_is_passes_over_the_builders_training_set(loop: str, builder: str, metric: str,
+                                                                               train_size: int) -> None:
+    """confirm.epochs in a trainer loop (refused before: the length depends on the builder's data):
+    the run trains that many passes over the training set the builder returned."""
+    need(loop)
+    from tune_batch.trial.curve import confirm_run
+
+    objectives = [{"metric": "samples_per_s"}, {"metric": metric, "direction": "minimize" if "loss" in metric else
+                                                "maximize"}]
+    epochs = 0.5 if train_size > 1000 else 0.7  # 23 or 11 steps: the last evaluation comes after the last step
+    cfg = trainer_config(loop, builder, objectives=objectives,
+                         confirm={"candidates": 1, "epochs": epochs, "evaluations": 2, "seeds": 1})
+    r = confirm_run(cfg, {"batch_size": 32, "lr": 0.01}, trial_id="0c0", confirm_of=0)
+    assert r.status is Status.OK, (r.reason, r.traceback)
+    steps = math.ceil(epochs * train_size) // 32  # whole batches of the run's samples
+    assert r.info.planned_samples == steps * 32 == r.info.train_samples_done and r.info.steps == steps
+    assert [p[0] for p in r.info.curve] == [math.ceil(steps / 2) * 32.0, steps * 32.0]
 
 
 @pytest.mark.slow

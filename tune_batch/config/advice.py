@@ -8,6 +8,20 @@ import re
 from tune_batch.config.schema import Config
 
 
+def short_goal_epochs(config: Config, train_size: int) -> str | None:
+    """Why ``goal.epochs`` over a training set of ``train_size`` samples is a run shorter than one
+    trial (a length in epochs is known only once the training set is), or None."""
+    from tune_batch.config.schema import short_goal
+
+    goal = config.goal
+    if goal is None or goal.epochs is None:
+        return None
+    samples = config.confirm_samples(train_size)
+    if samples is None or samples >= config.budget.train_samples:
+        return None
+    return short_goal(f"goal.epochs = {goal.epochs} ({samples} samples)", samples, config.budget.train_samples)
+
+
 def too_few_samples(config: Config, batch_size: int | None = None) -> str | None:
     """Why ``budget.train_samples`` cannot time a trial at ``batch_size`` (default: the space's
     smallest; it needs two steps, one warm-up and one timed), or None."""

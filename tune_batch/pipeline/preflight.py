@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tune_batch.config import Config
-from tune_batch.config.advice import too_few_samples
+from tune_batch.config.advice import short_goal_epochs, too_few_samples
 from tune_batch.errors import ConfigError, TrialConfigError
 from tune_batch.output.tracking import check_trackers
 
@@ -61,14 +61,9 @@ def preflight(config: Config, batch_size: int | None = None, *, address: str | N
     else:
         if elsewhere is None and warn is not None:
             _warn_slow_trials(config, ds.train, model, min(smallest, FLOOR_SAMPLES), warn)
-    goal = config.goal
-    if goal is not None and goal.epochs is not None:  # its length in samples is known now, from the training set
-        from tune_batch.config.schema import short_goal
-
-        samples = config.confirm_samples(len(ds.train))  # type: ignore[arg-type]
-        if samples < config.budget.train_samples:
-            raise ConfigError(short_goal(f"goal.epochs = {goal.epochs} ({samples} samples)", samples,
-                                         config.budget.train_samples))
+    short = short_goal_epochs(config, len(ds.train))  # type: ignore[arg-type]
+    if short:  # a length in epochs is known now, from the training set
+        raise ConfigError(short)
     return f"{config.model.name} ({n_params / 1e6:.2f}M parameters) on {ds.description}"
 
 

@@ -188,10 +188,8 @@ def confirm_run(config: Config, params: Params | dict[str, Any], *, trial_id: in
     if config.train.loop != "tune_batch":  # in the user's own trainer, with its own evaluation (trial/trainers/)
         from tune_batch.trial.trainers.curve import confirm_trainer
 
-        samples = config.confirm_samples(0)  # confirm.epochs is refused for a trainer loop (preflight)
         return boundary(p, trial_id, threads, start, base.with_(loop=config.train.loop), lambda: confirm_trainer(
-            config, p, samples, confirm_timeout_s(config, samples), confirm_of=confirm_of, start=start,
-            until=until).replace(
+            config, p, confirm_timeout_s(config), confirm_of=confirm_of, start=start, until=until).replace(
             trial_id=trial_id))
     return boundary(p, trial_id, threads, start, base, lambda: confirm_measure(
         config, p, Placement(threads=threads), confirm_of=confirm_of, extra=extra, start=start, until=until).replace(

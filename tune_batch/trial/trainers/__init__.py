@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from tune_batch.config import Config
-from tune_batch.config.advice import too_few_samples
+from tune_batch.config.advice import short_goal_epochs, too_few_samples
 from tune_batch.errors import ConfigError, TrialConfigError, WorkloadError
 from tune_batch.store.records import Params, TrialResult
 from tune_batch.trial.evaluate import not_given
@@ -67,12 +67,6 @@ def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
     if config.baseline is not None and config.baseline.num_gpus != 1:
         raise ConfigError(f"baseline.num_gpus = {config.baseline.num_gpus}: train.loop = {loop} runs one device per "
                           f"run in this version; allowed: 1")
-    if config.confirm.candidates and config.confirm.epochs is not None:
-        raise ConfigError(f"confirm.epochs = {config.confirm.epochs}: with train.loop = {loop} give "
-                          f"confirm.train_samples (the builder's data size is the trainer's business)")
-    if config.goal is not None and config.goal.epochs is not None:
-        raise ConfigError(f"goal.epochs = {config.goal.epochs}: with train.loop = {loop} give goal.train_samples "
-                          f"(the builder's data size is the trainer's business)")
     if config.confirm.candidates and config.confirm_metric is None:
         raise ConfigError(f"confirm.candidates = {config.confirm.candidates}: no objective to read time to target on; "
                           f"add val_acc or a metric the trainer's evaluation logs to objectives")
@@ -83,4 +77,8 @@ def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
 
     module = loop_module(loop)
     with quiet(module.LOGGERS):
-        return module.describe(config)
+        description, train_size = module.describe(config)
+    short = short_goal_epochs(config, train_size)  # a length in epochs: passes over the builder's training set
+    if short:
+        raise ConfigError(short)
+    return description

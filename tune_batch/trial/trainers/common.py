@@ -82,6 +82,11 @@ def micro_batch(config: Config, batch_size: int, accumulation: int, setting: str
     return batch_size // accumulation
 
 
+def samples_in(data: Any) -> int:
+    """Samples in a training piece: a Dataset's, a DataLoader's dataset's, an array's length."""
+    return len(data.dataset if isinstance(data, DataLoader) else data)
+
+
 def loader_of(data: Any, batch: int, *, train: bool, seed: int) -> DataLoader:
     """``data`` (a Dataset, or the user's DataLoader) as a DataLoader of ``batch`` samples: a
     DataLoader keeps its collate function, workers and pinning; a training loader shuffles

@@ -102,41 +102,72 @@ class CurveRecorder:
         return not self.stopped and (not self.points or self.points[-1][0] < self.meter.samples_done)
 
 
+class RunLength:
+    """A confirmation run's steps and evaluations, decided once the builder's training set is
+    there (``confirm.epochs`` / ``goal.epochs`` are passes over it; a length in samples needs no
+    size). ``plan``: the steps, once ``sized``; before, a placeholder a meter can start with."""
+
+    def __init__(self, config: Config, batch_size: int, until: Callable[[float], bool] | None = None) -> None:
+        self.config, self.batch_size, self.until = config, batch_size, until
+        self.plan = StepPlan(2, 0, 2, 0)
+        self.sized_at: int | None = None  # the training set's size it was sized for
+
+    def sized(self, train_size: int) -> tuple[StepPlan, EvalPlan]:
+        """The run's steps and evaluations for a training set of ``train_size`` samples. Raises
+        ValueError where the run would get fewer than 2 steps."""
+        samples = self.config.confirm_samples(train_size)
+        assert samples is not None, "a length in epochs with no training set size"
+        total = samples // self.batch_size
+        if total < 2:
+            what = "confirm.train_samples" if self.config.confirm_samples(None) is not None else "the epochs"
+            raise ValueError(f"a confirmation run of batch_size {self.batch_size} gets {total} step(s) "
+                             f"({samples} samples): raise {what}")
+        self.plan, self.sized_at = StepPlan(total, 0, total, 0), train_size
+        return self.plan, eval_plan(self.config, total, self.until)
+
+
+def sized(meter: Meter, plan: StepPlan | RunLength, train_size: int) -> tuple[StepPlan, EvalPlan | None]:
+    """A trial's steps as given (no evaluations), or a confirmation run's (``RunLength``) sized
+    for the builder's training set of ``train_size`` samples, the meter told."""
+    if not isinstance(plan, RunLength):
+        return plan, None
+    steps, evals = plan.sized(train_size)
+    meter.resize(steps)
+    return steps, evals
+
+
 def eval_plan(config: Config, total: int, until: Callable[[float], bool] | None = None) -> EvalPlan:
     """``confirm.evaluations`` evenly spaced evaluations of the confirmation metric."""
     name = (config.confirm_metric or ("val_acc", "maximize"))[0]
     return EvalPlan(max(1, math.ceil(total / config.confirm.evaluations)), total, name, until)
 
 
-def confirm_trainer(config: Config, params: Params, samples: int, timeout_s: float, *,
-                    confirm_of: int | str | None = None, start: float | None = None,
-                    until: Callable[[float], bool] | None = None) -> TrialResult:
-    """A confirmation run of ``samples`` in the user's trainer (``timeout_s`` from ``start``); the
-    ``ok`` record with its curve. ``until``: the run ends at the first evaluation whose value it is
-    true for. Raises on any fault (the caller's trial boundary turns it into a record)."""
+def confirm_trainer(config: Config, params: Params, timeout_s: float, *, confirm_of: int | str | None = None,
+                    start: float | None = None, until: Callable[[float], bool] | None = None) -> TrialResult:
+    """A confirmation run in the user's trainer, as long as ``config.confirm_samples`` says for the
+    builder's training set (``timeout_s`` from ``start``); the ``ok`` record with its curve.
+    ``until``: the run ends at the first evaluation whose value it is true for. Raises on any fault
+    (the caller's trial boundary turns it into a record)."""
     from tune_batch.trial.setup import apply_memory_cap, device_name, pick_device
     from tune_batch.trial.trainers import loop_module
     from tune_batch.trial.trainers.common import quiet, seed_everything
 
     start = time.perf_counter() if start is None else start
-    total = samples // params.batch_size
-    if total < 2:
-        raise ValueError(f"a confirmation run of batch_size {params.batch_size} gets {total} step(s): raise "
-                         f"confirm.train_samples")
     # no warm-up step to profile: the memory profiler would land in the curve's training seconds
-    plan = StepPlan(total, 0, total, 0)
+    length = RunLength(config, params.batch_size, until)
     device = pick_device()
     cap = apply_memory_cap(config, device)
     seed_everything(config.search.seed)
     module = loop_module(config.train.loop)
-    evals = eval_plan(config, total, until)
     with quiet(module.LOGGERS), kept_scope():
-        run = module.train(config, params, plan, device, cap, start + timeout_s, False, evals)
+        run = module.train(config, params, length, device, cap, start + timeout_s, False)
+    total = length.plan.total
     assert run.curve, "a trainer loop returned no curve"
     done, train_s, value, loss = run.curve[-1]
     sps = done / train_s if train_s > 0 else None
-    metrics = Metrics(samples_per_s=sps, val_acc=value if evals.metric == "val_acc" else None,
-                      other={} if evals.metric == "val_acc" else {evals.metric: value},
+    metric = (config.confirm_metric or ("val_acc", "maximize"))[0]
+    metrics = Metrics(samples_per_s=sps, val_acc=value if metric == "val_acc" else None,
+                      other={} if metric == "val_acc" else {metric: value},
                       peak_mem_bytes=run.peak_bytes, duration_s=time.perf_counter() - start)
     kept = run.kept or []
     info = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed,

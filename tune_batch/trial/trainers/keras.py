@@ -25,7 +25,7 @@ from tune_batch.errors import WorkloadError
 from tune_batch.store.records import Params
 from tune_batch.trial.setup import MemoryCap, StepPlan
 from tune_batch.trial.trainers.common import TrainerRun, build_pieces, chance_of, wrong_piece
-from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan
+from tune_batch.trial.trainers.curve import CurveRecorder, RunLength, sized
 from tune_batch.trial.trainers.meter import Meter
 
 
@@ -99,11 +99,13 @@ def _pieces(config: Config) -> dict[str, Any]:
     return pieces
 
 
-def describe(config: Config) -> str:
-    """The builder's pieces, built once and checked: a one-line description."""
+def describe(config: Config) -> tuple[str, int]:
+    """The builder's pieces, built once and checked: a one-line description, and the training set's
+    samples."""
     pieces = _pieces(config)
+    n = len(pieces["x"])
     return (f"{type(pieces['model']).__name__} ({pieces['model'].count_params() / 1e6:.2f}M parameters) in Keras "
-            f"{keras.__version__} fit (torch backend) on {len(pieces['x'])} training samples")
+            f"{keras.__version__} fit (torch backend) on {n} training samples"), n
 
 
 def _set_lr(model: Any, lr: float) -> None:
@@ -124,15 +126,16 @@ def _scores(out: dict[str, Any]) -> dict[str, float]:
     return scores
 
 
-def train(config: Config, params: Params, plan: StepPlan, device: torch.device, cap: MemoryCap, deadline: float,
-          validate: bool, evals: EvalPlan | None = None) -> TrainerRun:
-    """Run the trial's steps in the user's ``model.fit`` (``evals``: a confirmation run's
-    evaluations, by ``model.evaluate`` from the callback); raises on any fault."""
-    meter = Meter(plan, device, cap.bytes, deadline)
+def train(config: Config, params: Params, plan: StepPlan | RunLength, device: torch.device, cap: MemoryCap,
+          deadline: float, validate: bool) -> TrainerRun:
+    """Run the trial's steps in the user's ``model.fit`` (a ``RunLength``: a confirmation run,
+    evaluated by ``model.evaluate`` from the callback); raises on any fault."""
+    meter = Meter(plan.plan if isinstance(plan, RunLength) else plan, device, cap.bytes, deadline)
     keras.utils.set_random_seed(config.search.seed)
     pieces = _pieces(config)
     model, x, y = pieces["model"], pieces["x"], pieces.get("y")
     n = len(x)
+    plan, evals = sized(meter, plan, n)
     if n < params.batch_size:
         raise ValueError(f"the training set has {n} samples, fewer than batch_size {params.batch_size}")
     _set_lr(model, params.lr)

@@ -27,10 +27,11 @@ from tune_batch.trial.trainers.common import (
     chance_of,
     loader_of,
     micro_batch,
+    samples_in,
     scale_lr,
     wrong_piece,
 )
-from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan
+from tune_batch.trial.trainers.curve import CurveRecorder, RunLength, sized
 from tune_batch.trial.trainers.meter import Meter
 
 LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
@@ -89,13 +90,13 @@ def _pieces(config: Config) -> dict[str, Any]:
     return pieces
 
 
-def describe(config: Config) -> str:
-    """The builder's pieces, built once and checked: a one-line description."""
+def describe(config: Config) -> tuple[str, int]:
+    """The builder's pieces, built once and checked: a one-line description, and the training set's
+    samples."""
     pieces = _pieces(config)
     n_params = sum(p.numel() for p in pieces["module"].parameters())
-    train = pieces["train"].dataset if isinstance(pieces["train"], torch.utils.data.DataLoader) else pieces["train"]
     return (f"{type(pieces['module']).__name__} ({n_params / 1e6:.2f}M parameters) in Lightning {pl.__version__}'s "
-            f"Trainer on {len(train)} training samples")
+            f"Trainer on {samples_in(pieces['train'])} training samples"), samples_in(pieces["train"])
 
 
 class CurveCallback(pl.Callback):
@@ -120,12 +121,13 @@ def _floats(metrics: Any) -> dict[str, float]:
     return {str(k): float(v) for k, v in dict(metrics).items()}
 
 
-def train(config: Config, params: Params, plan: StepPlan, device: torch.device, cap: MemoryCap, deadline: float,
-          validate: bool, evals: EvalPlan | None = None) -> TrainerRun:
-    """Run the trial's steps in the user's Lightning Trainer (``evals``: a confirmation run's
-    evaluations, by Lightning's ``val_check_interval``); raises on any fault."""
-    meter = Meter(plan, device, cap.bytes, deadline)
+def train(config: Config, params: Params, plan: StepPlan | RunLength, device: torch.device, cap: MemoryCap,
+          deadline: float, validate: bool) -> TrainerRun:
+    """Run the trial's steps in the user's Lightning Trainer (a ``RunLength``: a confirmation run,
+    evaluated by Lightning's ``val_check_interval``); raises on any fault."""
+    meter = Meter(plan.plan if isinstance(plan, RunLength) else plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
+    plan, evals = sized(meter, plan, samples_in(pieces["train"]))
     user = dict(pieces.get("trainer") or {})
     accumulation = int(user.get("accumulate_grad_batches", 1))
     micro = micro_batch(config, params.batch_size, accumulation, "accumulate_grad_batches")
@@ -159,12 +161,10 @@ def train(config: Config, params: Params, plan: StepPlan, device: torch.device, 
         peak, method = meter.peak()
         scores: dict[str, float] = {}
         if (validate or (recorder is not None and recorder.needs_final)) and val_loader is not None:
-            if recorder is not None:
-                recorder.eval_begin()
+            # a confirmation run's evaluation after its last step (one its val_check_interval did not
+            # end on) is recorded by CurveCallback's hooks, which Trainer.validate calls too
             out = trainer.validate(module, dataloaders=val_loader, verbose=False)
             scores = _floats(out[0] if out else {})
-            if recorder is not None:
-                recorder.eval_end(scores)
     val_set = val.dataset if isinstance(val, torch.utils.data.DataLoader) else val
     return TrainerRun(window, peak, method, scores if validate else {}, meter.last_loss,
                       f"{type(loader.dataset).__name__} of {len(loader.dataset)} samples",  # type: ignore[arg-type]

@@ -70,6 +70,13 @@ class Meter:
         if plan.warmup == 0 and device.type == "cpu":  # no warm-up step to profile: RSS above the pre-model baseline
             self._rss = self._stack.enter_context(PeakRss(cap_bytes))
 
+    def resize(self, plan: StepPlan) -> None:
+        """The run's steps, once known: a confirmation run's length can be passes over the training
+        set, whose size the builder's pieces give (built after the meter, whose CPU memory reading
+        starts before the model is). Before the first step, with the same warm-up."""
+        assert self.steps == 0 and plan.warmup == self.plan.warmup, "resize() after training began"
+        self.plan, self._sizes = plan, block_sizes(plan.timed)
+
     @property
     def timing(self) -> bool:
         return self._t0 is not None and self.window is None

@@ -28,7 +28,7 @@ from tune_batch.store.records import Params
 from tune_batch.trial.loop import batch_len
 from tune_batch.trial.setup import MemoryCap, StepPlan
 from tune_batch.trial.trainers.common import TrainerRun, build_pieces, micro_batch, scale_lr, wrong_piece
-from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan
+from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan, RunLength, sized
 from tune_batch.trial.trainers.meter import Meter
 
 LOGGERS = ("transformers", "accelerate")
@@ -93,12 +93,14 @@ def accumulation_of(pieces: dict[str, Any]) -> int:
     return int(value)
 
 
-def describe(config: Config) -> str:
-    """The builder's pieces, built once and checked: a one-line description."""
+def describe(config: Config) -> tuple[str, int]:
+    """The builder's pieces, built once and checked: a one-line description, and the training set's
+    samples."""
     pieces = _pieces(config)
     n_params = sum(p.numel() for p in pieces["model"].parameters())
+    n = len(pieces["train_dataset"])
     return (f"{type(pieces['model']).__name__} ({n_params / 1e6:.2f}M parameters) in Transformers "
-            f"{transformers.__version__}'s Trainer on {len(pieces['train_dataset'])} training samples")
+            f"{transformers.__version__}'s Trainer on {n} training samples"), n
 
 
 class CurveCallback(TrainerCallback):
@@ -138,12 +140,13 @@ def _overrides(config: Config, params: Params, plan: StepPlan, device: torch.dev
             "dataloader_drop_last": True, "disable_tqdm": True, "use_cpu": device.type == "cpu", **timing}
 
 
-def train(config: Config, params: Params, plan: StepPlan, device: torch.device, cap: MemoryCap, deadline: float,
-          validate: bool, evals: EvalPlan | None = None) -> TrainerRun:
-    """Run the trial's steps in the user's Trainer (``evals``: a confirmation run's evaluations,
+def train(config: Config, params: Params, plan: StepPlan | RunLength, device: torch.device, cap: MemoryCap,
+          deadline: float, validate: bool) -> TrainerRun:
+    """Run the trial's steps in the user's Trainer (a ``RunLength``: a confirmation run, evaluated
     by the Trainer's ``eval_steps``); raises on any fault."""
-    meter = Meter(plan, device, cap.bytes, deadline)
+    meter = Meter(plan.plan if isinstance(plan, RunLength) else plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
+    plan, evals = sized(meter, plan, len(pieces["train_dataset"]))
     accumulation = accumulation_of(pieces)
     micro = micro_batch(config, params.batch_size, accumulation, "gradient_accumulation_steps")
     if len(pieces["train_dataset"]) < micro:
