@@ -11,8 +11,11 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
   (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) >/dev/null 2>&1 \
     || echo "warning: chromium could not be installed; the browser test will be skipped"
 fi
-# torch / torchvision: pip's constraint caps them at 2.14.1 / 0.29.1 (local wheels where present)
-python3 -m pip install -q -e ".[dev]"
+# torch / torchvision: pip's constraint caps them at 2.14.1 / 0.29.1 (local wheels where present);
+# TUNE_BATCH_INSTALLED=1 (CI's .ci/run, which has just run the same install): skipped (16 s)
+if [ "${TUNE_BATCH_INSTALLED:-0}" != "1" ]; then
+  python3 -m pip install -q -e ".[dev]"
+fi
 if [ "$#" -gt 0 ]; then
   exec python3 -m pytest "$@"
 fi
