@@ -21,10 +21,16 @@ if [ "$#" -gt 0 ]; then
 fi
 status=0
 python3 -m pytest -n "${TUNE_BATCH_TEST_WORKERS:-2}" --dist worksteal -m "not serial" || status=$?
-# the serial tests one file per process: a process that starts and stops Ray twice can crash at
-# exit after its tests passed (Ray's threads outliving a shutdown; seen once here, a segfault after
-# "5 passed"), which would fail the run for no test's sake
-for f in $(grep -l "mark.serial" tests/test_*.py); do
-  python3 -m pytest -m serial "$f" || { rc=$?; [ "$rc" -eq 5 ] || [ "$status" -ne 0 ] || status=$rc; }
+# the serial tests: those of a file that starts Ray (marker `ray`) in a process per file, the others in
+# one process: a process that starts and stops Ray twice can crash at exit after its tests passed
+# (Ray's threads outliving a shutdown; seen once here, a segfault after "5 passed"), which would fail
+# the run for no test's sake; each process start costs seconds
+serial=$(grep -l "mark.serial" tests/test_*.py)
+with_ray=$(grep -l "mark.ray" $serial || true)
+without_ray=$(grep -L "mark.ray" $serial || true)
+for group in $with_ray "$without_ray"; do
+  [ -n "$group" ] || continue
+  # shellcheck disable=SC2086  # a group is a list of files
+  python3 -m pytest -m serial $group || { rc=$?; [ "$rc" -eq 5 ] || [ "$status" -ne 0 ] || status=$rc; }
 done
 exit "$status"
