@@ -126,6 +126,12 @@ class RunLength:
         return self.plan, eval_plan(self.config, total, self.until)
 
 
+def meter_for(plan: StepPlan | RunLength, device: torch.device, cap_bytes: int | None, deadline: float) -> Meter:
+    """A run's meter, started before the builder's pieces are built (its CPU memory baseline comes
+    before the model); a confirmation run's (``RunLength``) on a placeholder until ``sized``."""
+    return Meter(plan.plan if isinstance(plan, RunLength) else plan, device, cap_bytes, deadline)
+
+
 def sized(meter: Meter, plan: StepPlan | RunLength, train_size: int) -> tuple[StepPlan, EvalPlan | None]:
     """A trial's steps as given (no evaluations), or a confirmation run's (``RunLength``) sized
     for the builder's training set of ``train_size`` samples, the meter told."""

@@ -25,7 +25,7 @@ from tune_batch.errors import WorkloadError
 from tune_batch.store.records import Params
 from tune_batch.trial.setup import MemoryCap, StepPlan
 from tune_batch.trial.trainers.common import TrainerRun, build_pieces, chance_of, wrong_piece
-from tune_batch.trial.trainers.curve import CurveRecorder, RunLength, sized
+from tune_batch.trial.trainers.curve import CurveRecorder, RunLength, meter_for, sized
 from tune_batch.trial.trainers.meter import Meter
 
 
@@ -130,7 +130,7 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
           deadline: float, validate: bool) -> TrainerRun:
     """Run the trial's steps in the user's ``model.fit`` (a ``RunLength``: a confirmation run,
     evaluated by ``model.evaluate`` from the callback); raises on any fault."""
-    meter = Meter(plan.plan if isinstance(plan, RunLength) else plan, device, cap.bytes, deadline)
+    meter = meter_for(plan, device, cap.bytes, deadline)
     keras.utils.set_random_seed(config.search.seed)
     pieces = _pieces(config)
     model, x, y = pieces["model"], pieces["x"], pieces.get("y")

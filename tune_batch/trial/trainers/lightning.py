@@ -31,7 +31,7 @@ from tune_batch.trial.trainers.common import (
     scale_lr,
     wrong_piece,
 )
-from tune_batch.trial.trainers.curve import CurveRecorder, RunLength, sized
+from tune_batch.trial.trainers.curve import CurveRecorder, RunLength, meter_for, sized
 from tune_batch.trial.trainers.meter import Meter
 
 LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
@@ -125,7 +125,7 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
           deadline: float, validate: bool) -> TrainerRun:
     """Run the trial's steps in the user's Lightning Trainer (a ``RunLength``: a confirmation run,
     evaluated by Lightning's ``val_check_interval``); raises on any fault."""
-    meter = Meter(plan.plan if isinstance(plan, RunLength) else plan, device, cap.bytes, deadline)
+    meter = meter_for(plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
     plan, evals = sized(meter, plan, samples_in(pieces["train"]))
     user = dict(pieces.get("trainer") or {})

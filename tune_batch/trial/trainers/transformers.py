@@ -28,7 +28,7 @@ from tune_batch.store.records import Params
 from tune_batch.trial.loop import batch_len
 from tune_batch.trial.setup import MemoryCap, StepPlan
 from tune_batch.trial.trainers.common import TrainerRun, build_pieces, micro_batch, scale_lr, wrong_piece
-from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan, RunLength, sized
+from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan, RunLength, meter_for, sized
 from tune_batch.trial.trainers.meter import Meter
 
 LOGGERS = ("transformers", "accelerate")
@@ -144,7 +144,7 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
           deadline: float, validate: bool) -> TrainerRun:
     """Run the trial's steps in the user's Trainer (a ``RunLength``: a confirmation run, evaluated
     by the Trainer's ``eval_steps``); raises on any fault."""
-    meter = Meter(plan.plan if isinstance(plan, RunLength) else plan, device, cap.bytes, deadline)
+    meter = meter_for(plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
     plan, evals = sized(meter, plan, len(pieces["train_dataset"]))
     accumulation = accumulation_of(pieces)
