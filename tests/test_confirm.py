@@ -681,6 +681,13 @@ def test_a_goal_length_without_a_target_recommends_the_best_at_that_length() -> 
     assert conf.at_length and report.recommended.trial_id == 0
     assert report.method.startswith("best_at_length") and conf.to_dict()["rule"] == "best_at_length"
     assert "goal: the best val_acc after the run's 400 samples decides" in render_summary(report)
+    # a length in epochs is said in epochs, with the samples the runs trained
+    in_epochs = decide(tiny_config(objectives=OBJ, goal={"epochs": 2.0}, budget={"train_samples": 256},
+                                   confirm={"candidates": 3}), short + runs)
+    said = render_summary(in_epochs)
+    assert "goal: the best val_acc after the run's 2 epoch(s) (400 samples) decides" in said
+    assert "candidate(s) trained for 2 epoch(s) (400 samples); " in said
+    assert in_epochs.confirmation.to_dict()["epochs"] == 2.0 and conf.to_dict()["epochs"] is None
     assert "for yours, give its length" not in render_summary(report) and conf.to_dict()["length_from"] == "goal"
     # a baseline beside them: the length decides, so the final values lead its line, and time to target follows
     base = [_rec(f"baseline-c{s}", 600, 0.97, b=16, confirm_of="baseline", seed=s, train_samples_done=400, train_s=6.0,

@@ -161,6 +161,7 @@ class Confirmation:
     own_run: bool = False  # the user said how long their run is (goal.train_samples / goal.epochs)
     rung: int = 1  # the escalation round its runs come from (1: no escalation)
     replaced: dict[Any, Any] = field(default_factory=dict)  # trial id that did not reach -> its replacement's
+    epochs: float | None = None  # the length as given in passes over the training set (goal.epochs, confirm.epochs)
 
     @property
     def best(self) -> Candidate | None:
@@ -277,7 +278,7 @@ class Confirmation:
     def to_dict(self, others: Sequence[TrialResult] = ()) -> dict[str, Any]:
         return {"prediction": predictions(self, others), "target_metric": self.metric, "target_how": self.target_how,
                 "target_direction": "maximize" if self.maximize else "minimize", "target": self.target,
-                "train_samples": self.train_samples, "agreement_kendall_tau": self.agreement,
+                "train_samples": self.train_samples, "epochs": self.epochs, "agreement_kendall_tau": self.agreement,
                 "runs_stopped_at_target": self.stopped_at_target()[0],
                 "recommended_trial_id": self.best.trial.trial_id if self.best else None,
                 "rule": "best_at_length" if self.at_length else "time_to_target", "escalation_round": self.rung,
@@ -338,9 +339,11 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
         steps.observe(r)
     at_length = config.goal is not None and config.goal.length_given and config.goal.target is None
     rung = max((r.info.rung or 1 for r in runs), default=1)
+    given = config.goal if config.goal is not None and config.goal.length_given else config.confirm
     conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
                         tuple(short_runs), name, up, at_length=at_length, rung=rung,
-                        own_run=config.goal is not None and config.goal.length_given)
+                        own_run=config.goal is not None and config.goal.length_given,
+                        epochs=given.epochs if given.train_samples is None and rung == 1 else None)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return replace(conf, candidates=[
         replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]),

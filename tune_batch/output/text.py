@@ -198,9 +198,16 @@ def _how_lines(conf: Confirmation) -> list[str]:
         out.append(f"  second look: trial {gone}'s runs did not reach the target; trial {by} was confirmed in its "
                    f"place (confirm.replace_unreached)")
     if conf.at_length:
-        out.append(f"  goal: the best {conf.metric} after the run's {conf.train_samples:.0f} samples decides (final "
-                   f"value, mean over the runs)")
+        out.append(f"  goal: the best {conf.metric} after the run's {_length(conf)} decides (final value, mean over "
+                   f"the runs)")
     return out
+
+
+def _length(conf: Confirmation) -> str:
+    """A confirmation run's length in the user's unit: samples, or epochs with their samples (the
+    median run's: a run trains whole batches)."""
+    samples = f"{conf.train_samples:.0f} samples"
+    return samples if conf.epochs is None else f"{conf.epochs:g} epoch(s) ({samples})"
 
 
 def confirm_lines(conf: Confirmation) -> list[str]:
@@ -208,7 +215,7 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     never reached it), then the ranks' agreement."""
     goal = (f"target {conf.metric} {conf.target:.4g} ({conf.target_how})" if conf.target is not None
             else f"target {conf.target_how}")
-    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {conf.train_samples:.0f} samples; {goal}"]
+    out = [f"confirmation: {len(conf.candidates)} candidate(s) trained for {_length(conf)}; {goal}"]
     stopped, runs = conf.stopped_at_target()
     if stopped:
         out.append(f"  {stopped} of {runs} run(s) ended at the target, before their length "
