@@ -25,7 +25,7 @@ KINDS = {"searched": lambda r: r["info"].get("repeat_of") is None and r["info"].
 def _config(backend: str):
     return tiny_config(search={"backend": backend, "seed": 0}, budget={"trials": 3, "train_samples": 512},
                        repeats={"candidates": 1, "seeds": 1},
-                       confirm={"candidates": 1, "seeds": 2, "train_samples": 1024, "evaluations": 2})
+                       confirm={"candidates": 1, "seeds": 1, "train_samples": 1024, "evaluations": 2})
 
 
 def _records(run: Path) -> list[dict]:
