@@ -353,12 +353,24 @@ class Config(_Section):
         or by default ``CONFIRM_TRIALS`` (8) x ``budget.train_samples`` (chosen on the development
         workloads: ``scripts/bench_confirm_target.py``; at 4x the target levels were set early in
         training). None for a length in epochs while the training set's size is not known."""
-        c = self.goal if self.goal is not None and self.goal.length_given else self.confirm
+        c = self._length_section
         if c.train_samples is not None:
             return c.train_samples
         if c.epochs is not None:
             return None if train_size is None else max(1, math.ceil(c.epochs * train_size))
         return CONFIRM_TRIALS * self.budget.train_samples
+
+    @property
+    def confirm_epochs(self) -> float | None:
+        """A confirmation run's length where it is given in passes over the training set
+        (``goal.epochs``, else ``confirm.epochs``, as ``confirm_samples`` reads them); else None."""
+        c = self._length_section
+        return c.epochs if c.train_samples is None else None
+
+    @property
+    def _length_section(self) -> GoalConfig | ConfirmConfig:
+        """The section a confirmation run's length comes from: the goal's where it gives one."""
+        return self.goal if self.goal is not None and self.goal.length_given else self.confirm
 
     @property
     def given_target_at(self) -> tuple[str, float] | None:

@@ -339,11 +339,10 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
         steps.observe(r)
     at_length = config.goal is not None and config.goal.length_given and config.goal.target is None
     rung = max((r.info.rung or 1 for r in runs), default=1)
-    given = config.goal if config.goal is not None and config.goal.length_given else config.confirm
     conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
                         tuple(short_runs), name, up, at_length=at_length, rung=rung,
                         own_run=config.goal is not None and config.goal.length_given,
-                        epochs=given.epochs if given.train_samples is None and rung == 1 else None)
+                        epochs=config.confirm_epochs if rung == 1 else None)
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return replace(conf, candidates=[
         replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]),

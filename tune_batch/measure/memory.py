@@ -92,7 +92,7 @@ def _key(t: Any) -> tuple | None:
     return None if ptr is None else (t.id, ptr, t.allocation_id, t.device)
 
 
-def _seen(result: Any) -> tuple[dict, set, list]:
+def _seen(result: Any) -> tuple[dict, list]:
     """One walk over a profiled step's event tree: the bytes of every storage an op's inputs or
     the Python tracer showed (a module's parameters and gradients, an optimizer's parameters,
     gradients and state), and the allocation events in time order."""
@@ -133,7 +133,7 @@ def _seen(result: Any) -> tuple[dict, set, list]:
         elif kind == _EventType.Allocation:
             allocs.append((event.start_time_ns, fields))
     allocs.sort(key=lambda a: a[0])
-    return shown, set(shown), allocs
+    return shown, allocs
 
 
 def _profile_peak(result: Any, device: Any) -> int:
@@ -146,7 +146,7 @@ def _profile_peak(result: Any, device: Any) -> int:
     happened and takes each free's away, and reads the totals once per microsecond. Its data flow
     graph and categories only version and label those bytes: they change no total, and were most
     of its seconds (``scripts/bench_step_peak.py`` reads the same steps both ways)."""
-    shown, keys, allocs = _seen(result)
+    shown, allocs = _seen(result)
     size: dict[tuple, int] = {}  # an allocated storage's bytes, from its first event
     created: set[tuple] = set()
     for _, a in allocs:
@@ -172,7 +172,7 @@ def _profile_peak(result: Any, device: Any) -> int:
                 change[-1] -= a.alloc_size
             live_unkeyed.discard((a.ptr, a.device))
         change[us] = change.get(us, 0) + delta
-    for key in keys | set(size):
+    for key in shown.keys() | size.keys():
         if key[3] == device and key not in created:
             change[-1] += size.get(key, shown.get(key, 0))
     total, peak = 0, 0

@@ -82,8 +82,8 @@ def micro_batch(config: Config, batch_size: int, accumulation: int, setting: str
     return batch_size // accumulation
 
 
-def samples_in(data: Any) -> int:
-    """Samples in a training piece: a Dataset's, a DataLoader's dataset's, an array's length."""
+def set_size(data: Any) -> int:
+    """Samples in a data piece: a Dataset's, a DataLoader's dataset's, an array's length."""
     return len(data.dataset if isinstance(data, DataLoader) else data)
 
 

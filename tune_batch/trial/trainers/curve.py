@@ -105,12 +105,13 @@ class CurveRecorder:
 class RunLength:
     """A confirmation run's steps and evaluations, decided once the builder's training set is
     there (``confirm.epochs`` / ``goal.epochs`` are passes over it; a length in samples needs no
-    size). ``plan``: the steps, once ``sized``; before, a placeholder a meter can start with."""
+    size). ``plan`` and ``evals``: the steps and evaluations, once ``sized``; before, a placeholder
+    plan a meter can start with."""
 
     def __init__(self, config: Config, batch_size: int, until: Callable[[float], bool] | None = None) -> None:
         self.config, self.batch_size, self.until = config, batch_size, until
         self.plan = StepPlan(2, 0, 2, 0)
-        self.sized_at: int | None = None  # the training set's size it was sized for
+        self.evals: EvalPlan | None = None
 
     def sized(self, train_size: int) -> tuple[StepPlan, EvalPlan]:
         """The run's steps and evaluations for a training set of ``train_size`` samples. Raises
@@ -122,8 +123,8 @@ class RunLength:
             what = "confirm.train_samples" if self.config.confirm_samples(None) is not None else "the epochs"
             raise ValueError(f"a confirmation run of batch_size {self.batch_size} gets {total} step(s) "
                              f"({samples} samples): raise {what}")
-        self.plan, self.sized_at = StepPlan(total, 0, total, 0), train_size
-        return self.plan, eval_plan(self.config, total, self.until)
+        self.plan, self.evals = StepPlan(total, 0, total, 0), eval_plan(self.config, total, self.until)
+        return self.plan, self.evals
 
 
 def meter_for(plan: StepPlan | RunLength, device: torch.device, cap_bytes: int | None, deadline: float) -> Meter:
@@ -168,10 +169,10 @@ def confirm_trainer(config: Config, params: Params, timeout_s: float, *, confirm
     with quiet(module.LOGGERS), kept_scope():
         run = module.train(config, params, length, device, cap, start + timeout_s, False)
     total = length.plan.total
-    assert run.curve, "a trainer loop returned no curve"
+    assert run.curve and length.evals is not None, "a trainer loop returned no curve"
     done, train_s, value, loss = run.curve[-1]
     sps = done / train_s if train_s > 0 else None
-    metric = (config.confirm_metric or ("val_acc", "maximize"))[0]
+    metric = length.evals.metric
     metrics = Metrics(samples_per_s=sps, val_acc=value if metric == "val_acc" else None,
                       other={} if metric == "val_acc" else {metric: value},
                       peak_mem_bytes=run.peak_bytes, duration_s=time.perf_counter() - start)

@@ -27,8 +27,8 @@ from tune_batch.trial.trainers.common import (
     chance_of,
     loader_of,
     micro_batch,
-    samples_in,
     scale_lr,
+    set_size,
     wrong_piece,
 )
 from tune_batch.trial.trainers.curve import CurveRecorder, RunLength, meter_for, sized
@@ -95,8 +95,9 @@ def describe(config: Config) -> tuple[str, int]:
     samples."""
     pieces = _pieces(config)
     n_params = sum(p.numel() for p in pieces["module"].parameters())
+    n = set_size(pieces["train"])
     return (f"{type(pieces['module']).__name__} ({n_params / 1e6:.2f}M parameters) in Lightning {pl.__version__}'s "
-            f"Trainer on {samples_in(pieces['train'])} training samples"), samples_in(pieces["train"])
+            f"Trainer on {n} training samples"), n
 
 
 class CurveCallback(pl.Callback):
@@ -127,7 +128,7 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
     evaluated by Lightning's ``val_check_interval``); raises on any fault."""
     meter = meter_for(plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
-    plan, evals = sized(meter, plan, samples_in(pieces["train"]))
+    plan, evals = sized(meter, plan, set_size(pieces["train"]))
     user = dict(pieces.get("trainer") or {})
     accumulation = int(user.get("accumulate_grad_batches", 1))
     micro = micro_batch(config, params.batch_size, accumulation, "accumulate_grad_batches")
