@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +51,18 @@ def script(name: str) -> Iterator[ModuleType]:
         yield importlib.import_module(name)
     finally:
         sys.path.remove(str(REPO / "scripts"))
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` for a command a test stops with SIGINT: SIGINT at its default in the child, as
+    for a command typed at a terminal, also where the tests run in a script's background job
+    (which ignores SIGINT, and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def sigint_ignored() -> None:
+    """``preexec_fn`` for a command started as a script's background job (`cmd &`): SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @pytest.fixture

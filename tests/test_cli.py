@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, sigint_default, sigint_ignored
 from tune_batch.cli import main
 
 QUICK = str(REPO / "configs/quickstart.yaml")
@@ -487,7 +487,7 @@ def test_a_probe_stopped_by_ctrl_c_leaves_no_directory_and_promises_nothing(tmp_
     out = tmp_path / "p"
     proc = subprocess.Popen([sys.executable, "-u", "-m", "tune_batch", "probe", str(cfg), "--batch-size", "32", "--lr",
                              "0.05", "--output", str(out)], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default)
     assert proc.stdout.readline().startswith("workload: ")  # the trial starts next: 65536 samples take a while
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
@@ -495,25 +495,52 @@ def test_a_probe_stopped_by_ctrl_c_leaves_no_directory_and_promises_nothing(tmp_
     assert stderr.strip() == "tune-batch: interrupted; nothing was recorded" and not out.exists()
 
 
-@pytest.mark.parametrize(("sig", "code", "name"), [(2, 130, ""), (15, 143, " (SIGTERM)")])
+@pytest.mark.parametrize(("sig", "code", "name", "started"), [(2, 130, "", sigint_default),
+                                                          (15, 143, " (SIGTERM)", sigint_default),
+                                                          (15, 143, " (SIGTERM)", sigint_ignored)])
 def test_a_search_stopped_by_ctrl_c_before_it_recorded_anything_leaves_nothing_and_says_so(
-        tmp_path: Path, sig: int, code: int, name: str) -> None:
+        tmp_path: Path, sig: int, code: int, name: str, started: object) -> None:
     """Ctrl-C while a search loaded its data said "finished trials are kept in the run directory
     (run the same command again to continue)": there was no run directory and no trial. SIGTERM
-    there (a scheduler's stop) ended the process without a word (killed by the signal)."""
+    there (a scheduler's stop) ended the process without a word (killed by the signal). And a
+    search that a script started in the background (`cmd &`: SIGINT ignored) went on loading
+    after a SIGTERM, which was turned into that ignored SIGINT."""
     import time
 
-    out, started = tmp_path / "s", tmp_path / "loading"
+    out, loading = tmp_path / "s", tmp_path / "loading"
     proc = subprocess.Popen([sys.executable, "-u", "-m", "tune_batch", "search", QUICK, "--set",
-                             "data.name=tests.workloads:slow_to_build", "--set", f"data.kwargs.started={started}",
+                             "data.name=tests.workloads:slow_to_build", "--set", f"data.kwargs.started={loading}",
                              "--set", "search.backend=optuna", "--output", str(out)], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=started)
     deadline = time.monotonic() + 120
-    while not started.exists():  # inside the 60 s data build
+    while not loading.exists():  # inside the 60 s data build
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.1)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, (proc.returncode, stderr[-2000:])
     assert stderr.strip() == f"tune-batch: interrupted{name}; nothing was recorded" and not out.exists()
+
+
+def test_a_signal_a_background_search_was_started_to_ignore_stays_ignored() -> None:
+    """A script's background job (`cmd &`) inherits SIGINT ignored, so that the Ctrl-C meant for
+    the script leaves it running. The search's own handling took SIGINT over (a Ctrl-C at the
+    script's terminal stopped it too); SIGTERM still stops it."""
+    import signal
+
+    from tune_batch.backends.signals import graceful, received
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    received["signal"] = None
+    try:
+        with graceful():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+            assert received["signal"] is None
+            signal.raise_signal(signal.SIGTERM)
+            assert received["signal"] == signal.SIGTERM
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+        received["signal"] = None

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import tune_batch
-from tests.conftest import REPO, tiny_config
+from tests.conftest import REPO, sigint_default, tiny_config
 from tune_batch.errors import UserError
 from tune_batch.optuna import Objective, suggest
 
@@ -181,7 +181,8 @@ def _search_until(tmp_path: Path, cfg, ready, timeout_s: float) -> tuple[subproc
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tune_batch", "search", str(path), "--output", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     jsonl = out / "trials.jsonl"
     deadline = time.monotonic() + timeout_s
     while not (jsonl.exists() and ready(jsonl.read_text().splitlines())):

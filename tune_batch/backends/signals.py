@@ -26,18 +26,23 @@ def stopping() -> bool:
 
 @contextlib.contextmanager
 def sigterm_as_sigint() -> Iterator[None]:
-    """For the duration, SIGTERM is re-raised as SIGINT (outside a search's ``graceful`` stretch,
-    which handles both itself), and the
-    signal is remembered in ``received``. The previous SIGTERM handler is put back."""
+    """For the duration, SIGTERM stops the process as Ctrl-C does, with KeyboardInterrupt (outside
+    a search's ``graceful`` stretch, which handles both itself), and the signal is remembered in
+    ``received``. The previous SIGTERM handler is put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def on_term(signum: int, frame: object) -> None:
         received["signal"] = signal.SIGTERM
-        signal.raise_signal(signal.SIGINT)
+        # raised here, not as a SIGINT: a process started in the background by a script (`cmd &`)
+        # inherits SIGINT ignored, and a SIGINT raised there would be ignored with it
+        raise KeyboardInterrupt
 
     before = signal.getsignal(signal.SIGTERM)
+    if before is signal.SIG_IGN:  # the parent wants it ignored (as for a SIGINT in ``graceful``)
+        yield
+        return
     signal.signal(signal.SIGTERM, on_term)
     try:
         yield
@@ -60,7 +65,8 @@ def _say_stopping(signum: int) -> None:
 def graceful() -> Iterator[None]:
     """For the duration, the first SIGINT or SIGTERM only records itself in ``received`` (the
     caller stops after the running trial, which is recorded); a second one raises
-    KeyboardInterrupt at once. The previous handlers are put back."""
+    KeyboardInterrupt at once. A signal that was ignored stays ignored. The previous handlers are
+    put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -71,7 +77,9 @@ def graceful() -> Iterator[None]:
         received["signal"] = signum
         _say_stopping(signum)
 
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # a signal the parent set to be ignored stays ignored: a search a script started with `cmd &`
+    # inherits SIGINT ignored, so that a Ctrl-C meant for the script does not stop it too
+    before = {s: h for s in (signal.SIGINT, signal.SIGTERM) if (h := signal.getsignal(s)) is not signal.SIG_IGN}
     for s in before:
         signal.signal(s, on_signal)
     try:
