@@ -525,22 +525,25 @@ def test_a_search_stopped_by_ctrl_c_before_it_recorded_anything_leaves_nothing_a
 
 def test_a_signal_a_background_search_was_started_to_ignore_stays_ignored() -> None:
     """A script's background job (`cmd &`) inherits SIGINT ignored, so that the Ctrl-C meant for
-    the script leaves it running. The search's own handling took SIGINT over (a Ctrl-C at the
-    script's terminal stopped it too); SIGTERM still stops it."""
+    the script leaves it running; `nohup` ignores SIGHUP, so that it outlives the terminal. The
+    search's own handling took SIGINT over (a Ctrl-C at the script's terminal stopped it too);
+    SIGTERM still stops it."""
     import signal
 
     from tune_batch.backends.signals import graceful, received
 
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    before = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGHUP)}
     received["signal"] = None
     try:
         with graceful():
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert all(signal.getsignal(s) is signal.SIG_IGN for s in before)
             signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGHUP)
             assert received["signal"] is None
             signal.raise_signal(signal.SIGTERM)
             assert received["signal"] == signal.SIGTERM
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
-        signal.signal(signal.SIGINT, before)
+        for s, handler in before.items():
+            signal.signal(s, handler)
         received["signal"] = None

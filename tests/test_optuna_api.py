@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -209,6 +210,63 @@ def test_a_signal_stops_the_search_cleanly_and_says_so(tmp_path: Path, sig: int,
     assert "Pareto front" in stdout and (out / "pareto.json").exists()  # what finished is reported
     # the resume is the same after either signal and after SIGKILL, which leaves RUNNING trials
     # behind: tested above on both backends (and test_reliability's continued search)
+
+
+@pytest.mark.slow
+def test_a_search_whose_terminal_hangs_up_finishes_the_running_trial_and_writes_its_results(tmp_path: Path) -> None:
+    """A search in a terminal that goes away (an ssh connection dropped, the window closed) got
+    SIGHUP and died at once: the running trial was lost, its study trial left RUNNING, and no
+    summary written. Now SIGHUP stops it as Ctrl-C does, and what it prints after the terminal is
+    gone (EIO on every write) is dropped. The terminal here is a real pseudo-terminal, the
+    search's controlling one, whose other end is closed."""
+    import fcntl
+    import pty
+    import termios
+
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 5, "train_samples": 1024})
+    path, out = tmp_path / "cfg.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    master, child_end = pty.openpty()
+
+    def in_its_own_terminal() -> None:  # as a login shell's command: a session whose terminal is the pty
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([sys.executable, "-m", "tune_batch", "search", str(path), "--output", str(out)],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, stdin=child_end,
+                            stdout=child_end, stderr=child_end, start_new_session=True,
+                            preexec_fn=in_its_own_terminal)
+    os.close(child_end)
+    shown: list[bytes] = []
+    gone = threading.Event()
+    reader = threading.Thread(target=_drain, args=(master, shown, gone), daemon=True)  # the terminal's screen
+    reader.start()
+    jsonl = out / "trials.jsonl"
+    deadline = time.monotonic() + 120
+    while not (jsonl.exists() and len(jsonl.read_text().splitlines()) >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, b"".join(shown)[-2000:]
+        time.sleep(0.1)
+    gone.set()
+    reader.join(timeout=10)  # a read in progress would keep the terminal open
+    os.close(master)  # the terminal goes: the kernel sends SIGHUP to the search
+    assert proc.wait(timeout=120) == 129, b"".join(shown)[-2000:]
+    n = len(jsonl.read_text().splitlines())
+    assert 2 <= n < 5
+    pareto = json.loads((out / "pareto.json").read_text())  # the summary of what finished is written
+    assert len(pareto["trials"]) >= 1 and (out / "results.csv").exists()
+    states = [t.state for t in optuna.load_study(study_name="t", storage=f"sqlite:///{out / 'study.db'}").trials]
+    assert len(states) == n and optuna.trial.TrialState.RUNNING not in states
+
+
+def _drain(fd: int, into: list[bytes], gone: threading.Event) -> None:
+    """Read a pseudo-terminal's output until ``gone`` is set (a search blocks on a full terminal)."""
+    import select
+
+    while not gone.is_set():
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                into.append(os.read(fd, 4096))
+            except OSError:
+                return
 
 
 @pytest.mark.slow

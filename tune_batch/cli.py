@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
-import signal
 import sys
 import traceback
 from typing import Any, TextIO
@@ -194,11 +194,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+#: A write's errors that mean the reader is gone: a closed pipe (``search ... | head``) and a
+#: terminal that hung up (EIO: the ssh connection dropped, the window closed).
+READER_GONE = (errno.EPIPE, errno.EIO)
+
+
 class _ReaderMayGo:
-    """stdout that outlives its reader: once the pipe is closed (``search ... | head``), what is
-    printed is dropped, said once on stderr, and the command goes on to its end (a search keeps
-    training and writes its run directory; before, the next progress line raised BrokenPipeError
-    in the middle of the search)."""
+    """stdout (or stderr) that outlives its reader: once the pipe is closed (``search ... | head``)
+    or the terminal hung up, what is printed is dropped, said once on stderr where that is still
+    read, and the command goes on to its end (a search keeps training and writes its run
+    directory; before, the next progress line raised BrokenPipeError in the middle of the
+    search)."""
 
     def __init__(self, stream: TextIO, say: bool) -> None:
         self._stream, self._gone, self._say = stream, False, say
@@ -207,7 +213,9 @@ class _ReaderMayGo:
         if not self._gone:
             try:
                 return self._stream.write(text)
-            except BrokenPipeError:
+            except OSError as e:
+                if e.errno not in READER_GONE:
+                    raise
                 self._lost()
         return len(text)
 
@@ -215,7 +223,9 @@ class _ReaderMayGo:
         if not self._gone:
             try:
                 self._stream.flush()
-            except BrokenPipeError:
+            except OSError as e:
+                if e.errno not in READER_GONE:
+                    raise
                 self._lost()
 
     def _lost(self) -> None:
@@ -225,8 +235,9 @@ class _ReaderMayGo:
             os.dup2(null, self._stream.fileno())
             os.close(null)
         if self._say:  # a search goes on for a while: say why nothing more shows
-            print("tune-batch: stdout was closed (its reader ended); going on without printing: the run directory "
-                  "gets everything", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # stderr can be gone too (the terminal hung up)
+                print("tune-batch: stdout was closed (its reader ended); going on without printing: the run "
+                      "directory gets everything", file=sys.stderr, flush=True)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -235,23 +246,24 @@ class _ReaderMayGo:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    stdout = sys.stdout
+    stdout, stderr = sys.stdout, sys.stderr
     sys.stdout = _ReaderMayGo(stdout, say=args.command == "search")  # type: ignore[assignment]
+    sys.stderr = _ReaderMayGo(stderr, say=False)  # type: ignore[assignment]
     try:
         return _run(args)
     finally:
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 def _run(args: argparse.Namespace) -> int:
     debug = bool(getattr(args, "debug", False))
     commands = {"search": _cmd_search, "validate": _cmd_validate, "report": _cmd_report, "max-batch": _cmd_max_batch,
                 "probe": _cmd_probe, "export": _cmd_export}
-    from tune_batch.backends.signals import received, sigterm_as_sigint
+    from tune_batch.backends.signals import exit_code, received, said, stops_as_ctrl_c
 
     received["signal"] = None
     try:
-        with sigterm_as_sigint():  # a SIGTERM before a search's own handlers (loading data): stopped as by Ctrl-C
+        with stops_as_ctrl_c():  # a SIGTERM or SIGHUP before a search's own handlers (loading data): as Ctrl-C
             return commands[args.command](args)
     except UserError as e:
         if debug:
@@ -260,14 +272,13 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USER
     except SearchInterrupted as e:
         print(f"tune-batch: {e}", file=sys.stderr)
-        return 130 if e.signal_number != signal.SIGTERM else 143
+        return exit_code(e.signal_number)
     except KeyboardInterrupt as e:
         kept = ("; nothing was recorded" if isinstance(e, NothingRecorded) or args.command == "probe" else
                 "; finished trials are kept in the run directory (run the same command again to continue)"
                 if args.command == "search" else "")
-        term = received["signal"] == signal.SIGTERM
-        print(f"tune-batch: interrupted{' (SIGTERM)' if term else ''}{kept}", file=sys.stderr)
-        return 143 if term else 130
+        print(f"tune-batch: interrupted{said(received['signal'])}{kept}", file=sys.stderr)
+        return exit_code(received["signal"])
 
 
 if __name__ == "__main__":  # pragma: no cover

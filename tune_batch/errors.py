@@ -52,8 +52,9 @@ class NothingRecorded(KeyboardInterrupt):
 
 
 class SearchInterrupted(TuneBatchError):
-    """The search stopped before its budget (Ctrl-C, SIGTERM): what finished is kept and
-    reported; the same command continues it. The command line exits 130."""
+    """The search stopped before its budget (Ctrl-C, SIGTERM, SIGHUP): what finished is kept and
+    reported; the same command continues it. The command line exits 128 + the signal's number
+    (130 for Ctrl-C)."""
 
     def __init__(self, finished: int, budget: int, run_dir: str, signal_number: int = 2,
                  stage: tuple[str, int] | None = None) -> None:

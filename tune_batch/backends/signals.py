@@ -1,4 +1,4 @@
-"""Stopping a search cleanly: SIGTERM handled like Ctrl-C (SIGINT), and which one came; or a
+"""Stopping a search cleanly: SIGTERM and SIGHUP handled like Ctrl-C (SIGINT), and which one came; or a
 trial's config mistake that every trial would meet."""
 
 from __future__ import annotations
@@ -24,30 +24,46 @@ def stopping() -> bool:
     return received["signal"] is not None or config_fault["record"] is not None
 
 
+#: What stops a search as Ctrl-C (SIGINT) does: a scheduler's stop (SIGTERM) and the terminal's
+#: hang-up (SIGHUP: an ssh connection dropped, a terminal window closed).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
-def sigterm_as_sigint() -> Iterator[None]:
-    """For the duration, SIGTERM stops the process as Ctrl-C does, with KeyboardInterrupt (outside
-    a search's ``graceful`` stretch, which handles both itself), and the signal is remembered in
-    ``received``. The previous SIGTERM handler is put back."""
+def stops_as_ctrl_c() -> Iterator[None]:
+    """For the duration, SIGTERM and SIGHUP stop the process as Ctrl-C does, with KeyboardInterrupt
+    (outside a search's ``graceful`` stretch, which handles them itself), and the signal is
+    remembered in ``received``. A signal the parent set ignored stays ignored (``nohup`` ignores
+    SIGHUP). The previous handlers are put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def on_term(signum: int, frame: object) -> None:
-        received["signal"] = signal.SIGTERM
+    def on_stop(signum: int, frame: object) -> None:
+        received["signal"] = signum
         # raised here, not as a SIGINT: a process started in the background by a script (`cmd &`)
         # inherits SIGINT ignored, and a SIGINT raised there would be ignored with it
         raise KeyboardInterrupt
 
-    before = signal.getsignal(signal.SIGTERM)
-    if before is signal.SIG_IGN:  # the parent wants it ignored (as for a SIGINT in ``graceful``)
-        yield
-        return
-    signal.signal(signal.SIGTERM, on_term)
+    before = {s: h for s in STOP_SIGNALS if (h := signal.getsignal(s)) is not signal.SIG_IGN}
+    for s in before:
+        signal.signal(s, on_stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def exit_code(signum: int | None) -> int:
+    """The command's exit status after a stop by ``signum`` (None: Ctrl-C): 128 + the signal's
+    number, as a shell reports a process that the signal ended (130, 143, 129)."""
+    return 128 + int(signum or signal.SIGINT)
+
+
+def said(signum: int | None) -> str:
+    """How the stop's message names the signal: nothing for Ctrl-C, else ' (SIGTERM)', ' (SIGHUP)'."""
+    return "" if signum in (None, signal.SIGINT) else f" ({signal.Signals(signum).name})"
 
 
 def _say_stopping(signum: int) -> None:
@@ -55,6 +71,8 @@ def _say_stopping(signum: int) -> None:
     with os.write: a handler that prints could land inside the main thread's own print."""
     name, again = ("Ctrl-C", "Ctrl-C again") if signum == signal.SIGINT else (signal.Signals(signum).name,
                                                                               "a second signal")
+    if signum == signal.SIGHUP:
+        name = "SIGHUP (the terminal is gone)"
     line = (f"\n{name}: no new trial starts; the running ones finish and are recorded, then the results are "
             f"written ({again} stops at once, without them)\n")
     with contextlib.suppress(OSError):
@@ -63,7 +81,7 @@ def _say_stopping(signum: int) -> None:
 
 @contextlib.contextmanager
 def graceful() -> Iterator[None]:
-    """For the duration, the first SIGINT or SIGTERM only records itself in ``received`` (the
+    """For the duration, the first SIGINT, SIGTERM or SIGHUP only records itself in ``received`` (the
     caller stops after the running trial, which is recorded); a second one raises
     KeyboardInterrupt at once. A signal that was ignored stays ignored. The previous handlers are
     put back."""
@@ -78,8 +96,9 @@ def graceful() -> Iterator[None]:
         _say_stopping(signum)
 
     # a signal the parent set to be ignored stays ignored: a search a script started with `cmd &`
-    # inherits SIGINT ignored, so that a Ctrl-C meant for the script does not stop it too
-    before = {s: h for s in (signal.SIGINT, signal.SIGTERM) if (h := signal.getsignal(s)) is not signal.SIG_IGN}
+    # inherits SIGINT ignored, so that a Ctrl-C meant for the script does not stop it too; under
+    # `nohup`, SIGHUP is ignored so that the search outlives the terminal
+    before = {s: h for s in (signal.SIGINT, *STOP_SIGNALS) if (h := signal.getsignal(s)) is not signal.SIG_IGN}
     for s in before:
         signal.signal(s, on_signal)
     try:

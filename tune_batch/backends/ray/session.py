@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from tune_batch.backends.ray.cleanup import OWNER, sweep_stale
-from tune_batch.backends.signals import sigterm_as_sigint
+from tune_batch.backends.signals import stops_as_ctrl_c
 from tune_batch.errors import UserError
 
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
@@ -148,7 +148,7 @@ def ray_session(address: str | None, *, verbose: bool = False) -> Iterator[dict[
                 raise UserError(f"--address {address!r}: cannot connect to a Ray cluster there "
                                 f"({_reason(e)})") from e
             try:
-                with sigterm_as_sigint():  # ray.init set its own (sys.exit): a SIGTERM stops Tune like Ctrl-C
+                with stops_as_ctrl_c():  # ray.init set its own (sys.exit): a SIGTERM stops Tune like Ctrl-C
                     yield dict(ray.cluster_resources())
             finally:
                 ray.shutdown()
