@@ -73,6 +73,15 @@ none, and the next of ``current``'s order takes its place. Run with ``--candidat
 ``current`` at 2, by the criterion below:
 - ``knee_lower``: the knee, then the knee's batch size at the next lower learning rate;
 - ``top_lower``: the most accurate, then its batch size at the next lower learning rate.
+On the three development grids (2026-12-07, ``benchmarks/dev/bench_confirm_candidates_W_c2_round4_output.txt``)
+``top_lower`` meets the criterion below (median 1.347 / 1.293 / 1.594 against ``current``'s 1.475 /
+1.583 / inf; misses on noisy_tabular 0.002 against 0.523; its p90 higher on quickstart and synthetic
+by less than ``current``'s per-seed range); ``knee_lower`` does not (synthetic misses 0.041 against
+0.001). Before it is built into the product, written 2026-12-07 before any held-out grid was
+replayed with it: the ten spent held-out grids (no longer held out for it once read) are replayed
+with ``--candidates 2``, and ``top_lower`` is built only if its median regret is no worse than
+``current``'s by more than the range of ``current``'s per-held-back-seed medians on at least 8 of
+the 10 (``spread_top90`` met 5). Its judge is then a held-out workload not yet measured.
 
 Criterion, stated before reading: a rule replaces ``current`` if on no development workload its
 p90 regret or its miss share is worse than ``current``'s by more than the spread between held-back
