@@ -82,6 +82,9 @@ replayed with it: the ten spent held-out grids (no longer held out for it once r
 with ``--candidates 2``, and ``top_lower`` is built only if its median regret is no worse than
 ``current``'s by more than the range of ``current``'s per-held-back-seed medians on at least 8 of
 the 10 (``spread_top90`` met 5). Its judge is then a held-out workload not yet measured.
+Replayed (``benchmarks/heldout/bench_confirm_candidates_W_round4_output.txt``): 6 of 10 (worse beyond
+the range on bag_adagrad, friedman_mlp, sgd_mlp_images and tabular_mlp, where the pair without the
+knee loses its throughput), so it is not built; ``current`` stays.
 
 Criterion, stated before reading: a rule replaces ``current`` if on no development workload its
 p90 regret or its miss share is worse than ``current``'s by more than the spread between held-back
