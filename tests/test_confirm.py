@@ -832,6 +832,43 @@ def test_a_payback_is_claimed_only_for_a_speedup_beyond_the_runs_noise() -> None
     assert clear.to_dict()["payback_established"] is True
 
 
+def test_a_speedup_inside_the_noise_says_how_many_runs_would_tell_it_apart() -> None:
+    """The quickstart's first line read "1.46x sooner (95 % 0.33-6.44: within the runs' noise)" and
+    left the user there: now it says how many runs a side would tell such a speedup from none."""
+    from tune_batch.analysis.noise import t95
+    from tune_batch.decide.baseline import MAX_RUNS_TO_TELL, Baseline, runs_to_tell
+    from tune_batch.store.records import Params
+
+    # that search's figures: 2 runs a side, the log times' spread pooled over 3 configs (3 degrees of
+    # freedom), which gave the interval's half-width ln(6.44 / 1.46) = t95(3) x sd
+    sd = math.log(6.44 / 1.46) / t95(3)
+    n = runs_to_tell(1.46, sd, 3, 2, 2)
+    assert n is not None and 2 < n <= MAX_RUNS_TO_TELL
+
+    def half(k: int) -> float:  # the half-width at k runs a side, each run a degree of freedom more
+        return t95(3 + 2 * k - 4) * sd * math.sqrt(2 / k)
+
+    assert half(n) < math.log(1.46) <= half(n - 1)  # the fewest that leave 1 out
+    assert half(2) == pytest.approx(math.log(6.44 / 1.46))  # the same interval as the speedup's own
+    assert runs_to_tell(1 / 1.46, sd, 3, 2, 2) == n  # slower is told apart alike
+    assert runs_to_tell(1.0, sd, 3, 2, 2) is None and runs_to_tell(1.01, sd, 3, 2, 2) is None
+
+    p = Params(batch_size=32, lr=0.01, num_gpus=1)
+    told = Baseline(p, (), 7.69, 2, 0.99, 1.46, 1.46 * math.log(6.44 / 1.46), None, 5.26, 176.0, 73,
+                    runs_to_tell_apart=n, tell_read=True)
+    line = told.line("val_acc")
+    assert ": within the runs' noise; " in line and line.endswith(
+        f"(after 73 run(s) at the point estimate); about {n} runs a side (confirm.seeds) would tell them apart, if "
+        f"the speedup and the runs' spread hold")
+    assert told.to_dict()["runs_to_tell_apart"] == n
+    alike = Baseline(p, (), 7.69, 2, 0.99, 1.01, 1.0, None, 7.61, 176.0, None, runs_to_tell_apart=None,
+                     tell_read=True)
+    assert f"not told apart within {MAX_RUNS_TO_TELL} runs a side at this spread" in alike.line("val_acc")
+    # beyond the noise nothing more is said
+    clear = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.20, None, 2.40, 294.0, 264)
+    assert "runs a side" not in clear.line("val_acc")
+
+
 def test_the_speedups_interval_is_a_ratios_from_the_log_times() -> None:
     from tune_batch.decide.baseline import Baseline
     from tune_batch.store.records import Params

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tune_batch.analysis.noise import pooled_sd, t95
@@ -77,6 +77,11 @@ class Baseline:
     # and the recommendation's final validation at that length, each the mean over its runs
     final_value: float | None = None
     recommended_final: float | None = None
+    # a speedup inside the noise: the fewest runs a side (confirm.seeds) at which one this size, with
+    # the runs' spread as measured, would leave 1 out of its interval (``runs_to_tell``); None with
+    # ``tell_read``: not within MAX_RUNS_TO_TELL
+    runs_to_tell_apart: int | None = None
+    tell_read: bool = False
 
     @property
     def device_seconds(self) -> tuple[float, float] | None:
@@ -100,7 +105,8 @@ class Baseline:
                 "kept_by_devices": self.kept_by_devices, "not_compared": self.not_compared,
                 "device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[1],
                 "recommended_device_seconds_to_target": None if self.device_seconds is None else self.device_seconds[0],
-                "final_value": self.final_value, "recommended_final_value": self.recommended_final}
+                "final_value": self.final_value, "recommended_final_value": self.recommended_final,
+                "runs_to_tell_apart": self.runs_to_tell_apart}
 
     @property
     def speedup_interval(self) -> tuple[float, float] | None:
@@ -127,6 +133,16 @@ class Baseline:
         return (f"{head}{sep}at the run's length, final {metric} {self.recommended_final:.4g} vs the baseline's "
                 f"{self.final_value:.4g} (mean over the runs; the length decides); {rest}")
 
+    def _tell(self) -> str:
+        """What would tell a speedup inside the noise from none: more runs a side, how many."""
+        if not self.tell_read:
+            return ""
+        if self.runs_to_tell_apart is None:
+            return (f"; a difference this small is not told apart within {MAX_RUNS_TO_TELL} runs a side at this "
+                    f"spread: for a run of yours, the two are alike")
+        return (f"; about {self.runs_to_tell_apart} runs a side (confirm.seeds) would tell them apart, if the "
+                f"speedup and the runs' spread hold")
+
     def _line(self, metric: str) -> str:
         p = self.params
         name = f"the baseline (batch_size={p.batch_size} lr={p.lr:.3g} num_gpus={p.num_gpus})"
@@ -141,6 +157,7 @@ class Baseline:
             if within:  # a saving inside the noise pays nothing back for sure
                 pay = (f"; whether it pays back is not known within that noise (after {self.payback_runs} run(s) "
                        f"at the point estimate)" if self.payback_runs is not None else "")
+                pay += self._tell()
             elif iv is None and self.payback_runs is not None:  # no spread: nothing established
                 pay = (f"; whether it pays back is not established without a run-to-run spread (after "
                        f"{self.payback_runs} run(s) at the point estimate; confirm.seeds >= 2 measures one)")
@@ -204,6 +221,32 @@ class Baseline:
         return self.no_time or "no recommendation reached the target"
 
 
+#: The most runs a side a summary projects when it says what would tell a speedup from none.
+MAX_RUNS_TO_TELL = 64
+
+
+def runs_to_tell(speedup: float, sd: float, df: int, mine: int, theirs: int) -> int | None:
+    """The fewest runs a side at which a speedup this size, with log times spread by ``sd`` (pooled
+    over ``df`` degrees of freedom from ``mine`` and ``theirs`` runs and other configs'), would leave
+    1 out of its 95 % interval: each added run adds a degree of freedom. None: not within
+    ``MAX_RUNS_TO_TELL``."""
+    gap = abs(math.log(speedup)) if speedup > 0 else 0.0
+    if gap == 0.0 or not math.isfinite(gap):
+        return None
+    for n in range(max(mine, theirs, 2), MAX_RUNS_TO_TELL + 1):
+        if t95(df + 2 * n - mine - theirs) * sd * math.sqrt(2 / n) < gap:
+            return n
+    return None
+
+
+def _spread(conf: Confirmation, mine: list[float], gpus: set[int]) -> tuple[float | None, int]:
+    """The log times' standard deviation pooled over the confirmed configs of ``gpus`` and the
+    baseline's runs (``mine``), with its degrees of freedom."""
+    groups = [[math.log(t) for t in reach_times(c.runs, conf.target, conf.maximize) if t > 0]
+              for c in conf.candidates if c.trial.params.num_gpus in gpus]
+    return pooled_sd([*groups, [math.log(t) for t in mine if t > 0]])
+
+
 def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float],
                 gpus: set[int]) -> float | None:
     """The speedup x the 95 % half-width of its log: the log times' spread pooled over the
@@ -213,9 +256,7 @@ def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: l
     many). The interval is ``Baseline.speedup_interval``."""
     if not mine or not theirs:
         return None
-    groups = [[math.log(t) for t in reach_times(c.runs, conf.target, conf.maximize) if t > 0]
-              for c in conf.candidates if c.trial.params.num_gpus in gpus]
-    sd, df = pooled_sd([*groups, [math.log(t) for t in mine if t > 0]])
+    sd, df = _spread(conf, mine, gpus)
     if sd is None:
         return None
     return speedup * t95(df) * sd * math.sqrt(1 / len(mine) + 1 / len(theirs))
@@ -236,10 +277,12 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
     mine = statistics.median(hits) if hits and 2 * len(hits) > len(runs) else None
     rec_s = best.time_to_target_s if best is not None else None
     speedup = ci = at_least = payback = None
+    theirs: list[float] = []
+    gpus = {params.num_gpus, best.trial.params.num_gpus if best else 1}
     if mine is not None and rec_s:
         speedup = mine / rec_s
         theirs = reach_times(best.runs, target, up) if best is not None else []
-        ci = _speedup_ci(speedup, conf, hits, theirs, {params.num_gpus, best.trial.params.num_gpus if best else 1})
+        ci = _speedup_ci(speedup, conf, hits, theirs, gpus)
         saved = mine - rec_s
         if search_wall_s is not None and saved > 0:
             payback = math.ceil(search_wall_s / saved)
@@ -254,10 +297,15 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
                    f"the recommendation's confirmation runs (trial {recommended.trial_id}) did not reach the target")
     finals = [v for v in ((r.info.curve or [])[-1][2] for r in ok) if math.isfinite(v)]
     at_length = best if conf.at_length and finals else None  # the goal's length decides: its final values
-    return Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
-                    payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None,
-                    no_time=no_time, final_value=statistics.fmean(finals) if at_length else None,
-                    recommended_final=at_length.final_acc if at_length else None)
+    b = Baseline(params, tuple(runs), mine, len(hits), best_value, speedup, ci, at_least, rec_s, search_wall_s,
+                 payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None,
+                 no_time=no_time, final_value=statistics.fmean(finals) if at_length else None,
+                 recommended_final=at_length.final_acc if at_length else None)
+    sd, df = _spread(conf, hits, gpus)
+    if b.speedup is None or b.speedup_interval is None or b.beyond_noise or sd is None:
+        return b
+    # a speedup inside the noise: how many runs a side would tell it from none
+    return replace(b, runs_to_tell_apart=runs_to_tell(b.speedup, sd, df, len(hits), len(theirs)), tell_read=True)
 
 
 def _run_levels(runs: Sequence[TrialResult]) -> list[float]:
