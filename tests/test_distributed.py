@@ -312,6 +312,41 @@ def test_a_search_over_gpu_counts_under_the_default_sampler(tmp_path: Path) -> N
     assert [g["num_gpus"] for g in conf["gpu_counts"]] == [1, 2] and conf["gpu_counts"][0]["scaling_efficiency"] == 1
 
 
+@pytest.mark.serial  # two-worker gloo groups: slow beside another test process
+def test_a_lightning_trial_and_its_confirmation_run_on_a_worker_group(tmp_path: Path) -> None:
+    """The user's Lightning Trainer on two workers: each rank runs it under Lightning's DDP on the
+    group's process group (torchrun's variables set), on batch_size / 2 per rank; the record has
+    the group's samples, its largest rank's memory, the ranks' mean evaluation. Before, a trainer
+    loop was refused any GPU count but one."""
+    pytest.importorskip("lightning")
+    from tune_batch.config import load_config
+
+    cfg = load_config(REPO / "configs" / "lightning_cnn.yaml", [
+        "space.num_gpus=[2]", "space.batch_size=[64]", "space.lr={low: 0.02, high: 0.05, log: true}",
+        "budget.trials=1", "budget.train_samples=1024", "budget.warmup_steps=2", "repeats.seeds=0",
+        "confirm.candidates=1", "confirm.train_samples=2048", "confirm.evaluations=2", "baseline=null",
+        "train.builder_kwargs.width=8", "train.builder_kwargs.resize=16"])
+    search(cfg, tmp_path / "run", quiet=True)
+    recs = _records(tmp_path / "run")
+    (trial,) = [r for r in recs if r["info"].get("confirm_of") is None]
+    (run,) = [r for r in recs if r["info"].get("confirm_of") is not None]
+    for r in (trial, run):
+        info = r["info"]
+        assert r["status"] == "ok", r["reason"]
+        assert info["world_size"] == 2 and info["launcher"] == LAUNCHER and info["loop"] == "lightning"
+        assert info["per_worker_batch"] == 32 and info["micro_batch_size"] == 32
+        assert r["metrics"]["samples_per_s"] > 0 and r["metrics"]["peak_mem_bytes"] > 0
+    # the group's samples: every rank trained its 32 of each step's 64
+    assert trial["info"]["train_samples_done"] == 1024
+    assert trial["info"]["timed_samples"] == trial["info"]["timed_steps"] * 64
+    assert 0 < trial["metrics"]["val_acc"] <= 1
+    curve = run["info"]["curve"]
+    assert [c[0] for c in curve] == [1024.0, 2048.0] and run["info"]["train_samples_done"] == 2048
+    assert all(0 < c[2] <= 1 for c in curve) and curve[-1][1] > curve[0][1] > 0
+    conf = json.loads((tmp_path / "run" / "pareto.json").read_text())["confirmation"]
+    assert [c["num_gpus"] for c in conf["candidates"]] == [2]
+
+
 def test_the_in_process_backend_says_a_multi_worker_baseline_is_not_compared() -> None:
     import io
 

@@ -296,8 +296,8 @@ def measure(config: Config, params: Params, placement: Placement = Placement(), 
     ``train.accumulation: auto``, a batch that runs out of memory is trained again from the start
     in twice as many micro-batches."""
     start = time.perf_counter() if start is None else start
-    if config.train.loop != "tune_batch":  # a worker group of the user's trainer: not in this version
-        raise ValueError(f"train.loop = {config.train.loop} runs one device per trial; space.num_gpus allowed: [1]")
+    if config.train.loop != "tune_batch":  # the user's trainer is measured by trial.trainers (a group's too)
+        raise ValueError(f"train.loop = {config.train.loop}: measured by trial.trainers.measure_trainer")
     deadline = start + config.budget.trial_timeout_s
     device = pick_device()
     trace_dir = trace_dir_of(run_dir, trial_id)

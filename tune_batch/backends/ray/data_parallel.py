@@ -85,6 +85,9 @@ def _worker_loop(loop_config: dict[str, Any], rank: Rank) -> dict[str, Any] | No
     torch.set_num_threads(loop_config["threads"])
     install(loop_config.get("callables"))  # Python callables the driver's config names
     config, params = config_from_dict(loop_config["config"]), Params.of(loop_config["params"])
+    if config.train.loop != "tune_batch":  # the user's trainer, one rank of its data-parallel run
+        res = _trainer_rank(config, params, loop_config, rank.world)
+        return res.to_record() if placement.rank == 0 else None
     if loop_config.get("confirm_of") is not None:  # a confirmation run of the group's config
         from tune_batch.trial.curve import confirm_measure, stop_at_target
 
@@ -95,6 +98,20 @@ def _worker_loop(loop_config: dict[str, Any], rank: Rank) -> dict[str, Any] | No
         res = measure(config, params, placement, extra=loop_config.get("extra"), run_dir=loop_config["run_dir"],
                       trial_id=loop_config["trial_id"], validate=loop_config["validate"])
     return res.to_record() if placement.rank == 0 else None
+
+
+def _trainer_rank(config: Config, params: Params, loop_config: dict[str, Any], world: int) -> TrialResult:
+    """One rank of a trial or confirmation run in the user's trainer (``trial.trainers.MULTI_DEVICE``)."""
+    from tune_batch.trial.curve import confirm_timeout_s, stop_at_target
+    from tune_batch.trial.trainers import measure_trainer
+    from tune_batch.trial.trainers.curve import confirm_trainer
+
+    if loop_config.get("confirm_of") is not None:
+        res = confirm_trainer(config, params, confirm_timeout_s(config), confirm_of=loop_config["confirm_of"],
+                              until=stop_at_target(config), world=world)
+    else:
+        res = measure_trainer(config, params, validate=loop_config["validate"], world=world)
+    return res.replace(trial_id=loop_config["trial_id"])
 
 
 def classify_failure(exc: BaseException) -> tuple[Status, str]:

@@ -30,10 +30,25 @@ def loop_module(loop: str) -> Any:
                             f"'tune-batch[{loop}]'") from e
 
 
+#: The trainer loops that run a data-parallel trial (``num_gpus`` > 1) on a worker group.
+MULTI_DEVICE = ("lightning",)
+
+
+def group_kwargs(config: Config, world: int) -> dict[str, Any]:
+    """What a trainer module's ``train`` is told of a worker group: nothing alone; ValueError for a
+    loop that runs one device per trial."""
+    if world <= 1:
+        return {}
+    if config.train.loop not in MULTI_DEVICE:
+        raise ValueError(f"train.loop = {config.train.loop} runs one device per trial; space.num_gpus allowed: [1]")
+    return {"world": world}
+
+
 def measure_trainer(config: Config, params: Params, *, start: float | None = None,
-                    validate: bool = True) -> TrialResult:
+                    validate: bool = True, world: int = 1) -> TrialResult:
     """Train ``params`` in the user's trainer and measure it; the ``ok`` record. Raises on any
-    fault (the caller's trial boundary turns it into a record)."""
+    fault (the caller's trial boundary turns it into a record). ``world`` > 1: this process is one
+    rank of the trial's worker group (``MULTI_DEVICE`` loops)."""
     from tune_batch.trial.setup import apply_memory_cap, pick_device, plan_steps
     from tune_batch.trial.trainers.common import quiet, seed_everything, trainer_record
 
@@ -44,8 +59,9 @@ def measure_trainer(config: Config, params: Params, *, start: float | None = Non
     seed_everything(config.search.seed)
     module = loop_module(config.train.loop)
     with quiet(module.LOGGERS):
-        run = module.train(config, params, plan, device, cap, start + config.budget.trial_timeout_s, validate)
-    record = trainer_record(config, params, plan, device, run, cap, start)
+        run = module.train(config, params, plan, device, cap, start + config.budget.trial_timeout_s, validate,
+                           **group_kwargs(config, world))
+    record = trainer_record(config, params, plan, device, run, cap, start, world)
     missing = not_given(config, run.scores)
     if validate and "val_acc" in config.metric_names and record.metrics.val_acc is None:
         missing.insert(0, "val_acc")
@@ -57,16 +73,17 @@ def measure_trainer(config: Config, params: Params, *, start: float | None = Non
 
 
 def preflight_trainer(config: Config, batch_size: int | None = None) -> str:
-    """What a search checks before it writes anything, for a trainer loop: one device per trial,
+    """What a search checks before it writes anything, for a trainer loop: one device per trial
+    (but for ``MULTI_DEVICE`` loops),
     a confirmation it can run, and the builder's pieces (built once).
     Returns a one-line description. Raises ConfigError / WorkloadError (one line)."""
     loop = config.train.loop
-    if list(config.space.num_gpus) != [1]:
+    if loop not in MULTI_DEVICE and list(config.space.num_gpus) != [1]:
         raise ConfigError(f"space.num_gpus = {list(config.space.num_gpus)}: train.loop = {loop} runs one device per "
-                          f"trial in this version; allowed: [1]")
-    if config.baseline is not None and config.baseline.num_gpus != 1:
+                          f"trial in this version (more: {', '.join(MULTI_DEVICE)}); allowed: [1]")
+    if loop not in MULTI_DEVICE and config.baseline is not None and config.baseline.num_gpus != 1:
         raise ConfigError(f"baseline.num_gpus = {config.baseline.num_gpus}: train.loop = {loop} runs one device per "
-                          f"run in this version; allowed: 1")
+                          f"run in this version (more: {', '.join(MULTI_DEVICE)}); allowed: 1")
     if config.confirm.candidates and config.confirm_metric is None:
         raise ConfigError(f"confirm.candidates = {config.confirm.candidates}: no objective to read time to target on; "
                           f"add val_acc or a metric the trainer's evaluation logs to objectives")

@@ -193,9 +193,10 @@ def _utilization(w: Window, device: torch.device) -> tuple[float | None, dict[st
 
 
 def trainer_record(config: Config, params: Params, plan: StepPlan, device: torch.device, run: TrainerRun,
-                   cap: MemoryCap, start: float) -> TrialResult:
+                   cap: MemoryCap, start: float, world: int = 1) -> TrialResult:
     """The ``ok`` record of a trainer-run trial: the fields of tune_batch's loop that a trainer
-    can give (no MFU, no gradient noise scale: they need tune_batch's own step)."""
+    can give (no MFU, no gradient noise scale: they need tune_batch's own step). ``world``: the
+    ranks of its worker group (``run``'s samples are the group's)."""
     w = run.window
     util, telemetry = _utilization(w, device)
     sps = run.window_samples / w.seconds
@@ -215,7 +216,7 @@ def trainer_record(config: Config, params: Params, plan: StepPlan, device: torch
         seed=config.search.seed, loop=config.train.loop, chance_acc=run.chance_acc,
         others_cpu_frac=w.cpu.others_cpu_frac, steal_frac=w.cpu.steal_frac,
         disturbed=w.cpu.disturbed or bool(telemetry.get("other_gpu_processes")),
-        world_size=1, per_worker_batch=params.batch_size, nodes=[socket.gethostname()],
+        world_size=world, per_worker_batch=params.batch_size // world, nodes=[socket.gethostname()],
         steps=run.steps, warmup_steps=plan.warmup, timed_steps=w.steps, timed_samples=run.window_samples,
         train_samples_done=run.samples_done, short_batches=run.short_batches,
         final_loss=run.final_loss, memory_cap_bytes=cap.bytes, memory_cap=cap.note, peak_mem_method=run.peak_method,

@@ -150,13 +150,15 @@ def eval_plan(config: Config, total: int, until: Callable[[float], bool] | None 
 
 
 def confirm_trainer(config: Config, params: Params, timeout_s: float, *, confirm_of: int | str | None = None,
-                    start: float | None = None, until: Callable[[float], bool] | None = None) -> TrialResult:
+                    start: float | None = None, until: Callable[[float], bool] | None = None,
+                    world: int = 1) -> TrialResult:
     """A confirmation run in the user's trainer, as long as ``config.confirm_samples`` says for the
     builder's training set (``timeout_s`` from ``start``); the ``ok`` record with its curve.
     ``until``: the run ends at the first evaluation whose value it is true for. Raises on any fault
-    (the caller's trial boundary turns it into a record)."""
+    (the caller's trial boundary turns it into a record). ``world`` > 1: one rank of the run's
+    worker group."""
     from tune_batch.trial.setup import apply_memory_cap, device_name, pick_device
-    from tune_batch.trial.trainers import loop_module
+    from tune_batch.trial.trainers import group_kwargs, loop_module
     from tune_batch.trial.trainers.common import quiet, seed_everything
 
     start = time.perf_counter() if start is None else start
@@ -167,7 +169,7 @@ def confirm_trainer(config: Config, params: Params, timeout_s: float, *, confirm
     seed_everything(config.search.seed)
     module = loop_module(config.train.loop)
     with quiet(module.LOGGERS), kept_scope():
-        run = module.train(config, params, length, device, cap, start + timeout_s, False)
+        run = module.train(config, params, length, device, cap, start + timeout_s, False, **group_kwargs(config, world))
     total = length.plan.total
     assert run.curve and length.evals is not None, "a trainer loop returned no curve"
     done, train_s, value, loss = run.curve[-1]
@@ -180,7 +182,7 @@ def confirm_trainer(config: Config, params: Params, timeout_s: float, *, confirm
     info = TrialInfo(host=socket.gethostname(), pid=os.getpid(), confirm_of=confirm_of, seed=config.search.seed,
                      loop=config.train.loop, device=device_name(device, torch.get_num_threads()), data=run.data,
                      curve=run.curve, chance_acc=run.chance_acc, steps=run.steps, train_samples_done=int(done),
-                     train_s=train_s, final_loss=loss, world_size=1, per_worker_batch=params.batch_size,
+                     train_s=train_s, final_loss=loss, world_size=world, per_worker_batch=params.batch_size // world,
                      planned_samples=total * params.batch_size, stopped_at_target=run.steps < total or None,
                      precision=run.precision, accumulation_steps=run.accumulation, micro_batch_size=run.micro_batch,
                      memory_cap_bytes=cap.bytes, peak_mem_method=run.peak_method, memory_kept_bytes=kept,

@@ -2,7 +2,8 @@
 
 The builder returns ``{"module": LightningModule, "train": Dataset or DataLoader, "val": Dataset or
 DataLoader (optional), "trainer": dict of Trainer keyword arguments (optional)}``. The trial runs
-``Trainer(**trainer, max_steps=<the trial's steps>, devices=1, callbacks=[*theirs, meter])`` on a
+``Trainer(**trainer, max_steps=<the trial's steps>, devices=1, callbacks=[*theirs, meter])`` (one
+rank of a worker group: Lightning's DDP over the group's process group) on a
 DataLoader of the searched batch size (divided by ``accumulate_grad_batches``), with the searched
 learning rate put into the optimizer ``configure_optimizers`` made; then ``Trainer.validate``
 on ``val`` gives the metrics the module logs (``val_acc``, ``val_loss``, ...). Validation is
@@ -101,10 +102,11 @@ def describe(config: Config) -> tuple[str, int]:
 
 
 class CurveCallback(pl.Callback):
-    """A confirmation run's evaluations: Lightning's own validation every ``val_check_interval``."""
+    """A confirmation run's evaluations: Lightning's own validation every ``val_check_interval``
+    (on a worker group of ``world`` ranks, each rank's shard averaged over the ranks)."""
 
-    def __init__(self, recorder: CurveRecorder) -> None:
-        self.recorder = recorder
+    def __init__(self, recorder: CurveRecorder, world: int = 1) -> None:
+        self.recorder, self.world = recorder, world
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.recorder.start()
@@ -113,7 +115,7 @@ class CurveCallback(pl.Callback):
         self.recorder.eval_begin()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.recorder.eval_end(_floats(trainer.callback_metrics))
+        self.recorder.eval_end(_across(_floats(trainer.callback_metrics), self.world))
         if self.recorder.stopped:  # at the target (confirm.stop_at_target): Lightning ends after this step
             trainer.should_stop = True
 
@@ -122,16 +124,44 @@ def _floats(metrics: Any) -> dict[str, float]:
     return {str(k): float(v) for k, v in dict(metrics).items()}
 
 
+def _across(scores: dict[str, float], world: int) -> dict[str, float]:
+    """A worker group's evaluation: each rank validated its shard (Lightning's DistributedSampler),
+    and logged its own value unless the module syncs it (``sync_dist``): the mean over the ranks
+    (the same value where it was synced). Every rank calls this at the same point."""
+    if world <= 1:
+        return scores
+    from tune_batch.trial import collective
+
+    names = sorted(scores)
+    return dict(zip(names, collective.all_reduce([scores[k] for k in names], ["mean"] * len(names), world)))
+
+
+def _group(world: int, device: torch.device) -> dict[str, Any]:
+    """The Trainer settings of one rank of a worker group of ``world`` (torchrun's variables set,
+    the process group joined: Lightning's environment reads the first and keeps the second)."""
+    if world <= 1:
+        return {"devices": 1}
+    import os
+
+    from lightning.pytorch.strategies import DDPStrategy
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return {"devices": local, "num_nodes": world // local,
+            "strategy": DDPStrategy(process_group_backend="nccl" if device.type == "cuda" else "gloo")}
+
+
 def train(config: Config, params: Params, plan: StepPlan | RunLength, device: torch.device, cap: MemoryCap,
-          deadline: float, validate: bool) -> TrainerRun:
+          deadline: float, validate: bool, world: int = 1) -> TrainerRun:
     """Run the trial's steps in the user's Lightning Trainer (a ``RunLength``: a confirmation run,
-    evaluated by Lightning's ``val_check_interval``); raises on any fault."""
+    evaluated by Lightning's ``val_check_interval``); raises on any fault. ``world`` > 1: this is
+    one rank of a worker group (Lightning's DDP, each rank a micro-batch of batch_size / world);
+    samples are the group's, the peak memory its largest rank's, the evaluation the ranks' mean."""
     meter = meter_for(plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
     plan, evals = sized(meter, plan, set_size(pieces["train"]))
     user = dict(pieces.get("trainer") or {})
     accumulation = int(user.get("accumulate_grad_batches", 1))
-    micro = micro_batch(config, params.batch_size, accumulation, "accumulate_grad_batches")
+    micro = micro_batch(config, params.batch_size // world, accumulation, "accumulate_grad_batches")
     seed = config.search.seed
     loader = loader_of(pieces["train"], micro, train=True, seed=seed)
     val = pieces.get("val")
@@ -145,11 +175,11 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
     timing: dict[str, Any] = {}
     recorder = CurveRecorder(meter, evals) if evals is not None else None
     if recorder is not None:
-        ours.append(CurveCallback(recorder))
+        ours.append(CurveCallback(recorder, world))
         timing = {"val_check_interval": evals.every * accumulation, "check_val_every_n_epoch": None}  # type: ignore[union-attr]
     with tempfile.TemporaryDirectory(prefix="tune_batch-lightning-") as root:
         kwargs = {"default_root_dir": root, **QUIET_DEFAULTS, **{k: v for k, v in user.items() if k not in OWNED},
-                  "max_steps": plan.total, "max_epochs": -1, "devices": 1, "num_sanity_val_steps": 0,
+                  "max_steps": plan.total, "max_epochs": -1, **_group(world, device), "num_sanity_val_steps": 0,
                   "accelerator": user.get("accelerator", "gpu" if device.type == "cuda" else "cpu"),
                   "callbacks": [*(theirs if isinstance(theirs, list) else [theirs]), *ours], **timing}
         trainer = pl.Trainer(**kwargs)
@@ -165,14 +195,20 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
             # a confirmation run's evaluation after its last step (one its val_check_interval did not
             # end on) is recorded by CurveCallback's hooks, which Trainer.validate calls too
             out = trainer.validate(module, dataloaders=val_loader, verbose=False)
-            scores = _floats(out[0] if out else {})
+            scores = _across(_floats(out[0] if out else {}), world)
     val_set = val.dataset if isinstance(val, torch.utils.data.DataLoader) else val
+    points = recorder.points if recorder is not None else None
+    if world > 1:  # the group's samples (every rank trains as many), its largest rank's memory
+        from tune_batch.trial import collective
+
+        peak = collective.group_max(peak, world)
+        points = [[p[0] * world, *p[1:]] for p in points] if points is not None else None
     return TrainerRun(window, peak, method, scores if validate else {}, meter.last_loss,
                       f"{type(loader.dataset).__name__} of {len(loader.dataset)} samples",  # type: ignore[arg-type]
-                      meter.steps, meter.samples_done, meter.window_samples, accumulation, micro,
+                      meter.steps, meter.samples_done * world, meter.window_samples * world, accumulation, micro,
                       str(trainer.precision), loader.num_workers, _chance(val_set) if val is not None else None,
                       notes={"lr_factor": callback.lr_factor, "trainer": f"lightning {pl.__version__}"},
-                      curve=recorder.points if recorder is not None else None,
+                      curve=points,
                       kept=recorder.kept if recorder is not None else None)
 
 
