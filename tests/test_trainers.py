@@ -416,3 +416,36 @@ def test_best_yaml_says_which_trainer_it_was_measured_in(tmp_path: Path) -> None
     run_dir = _run_dir(tmp_path)
     assert main(["report", str(run_dir)]) == 0
     assert "# measured in: transformers (the user's own trainer" in (run_dir / "best.yaml").read_text()
+
+
+def _rank_scores(rank: int, port: int, out: str) -> None:
+    """One rank of a 2-process gloo group: its shard's scores, combined as a Lightning group's are."""
+    import torch.distributed as dist
+
+    from tune_batch.trial.trainers.lightning import _across
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        # rank 0's shard read 0.5, rank 1's 0.75; a synced metric (sync_dist) reads the same on both
+        got = _across({"val_acc": 0.5 + 0.25 * rank, "val_loss_synced": 1.25}, 2)
+        Path(out, f"{rank}.json").write_text(json.dumps(got))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_lightning_groups_evaluation_is_the_ranks_mean(tmp_path: Path) -> None:
+    """Each rank of a Lightning worker group validates its own shard and logs its own value (unless
+    the module syncs it): the record's evaluation is the ranks' mean, the same on every rank (a
+    confirmation run's stop test reads it on each). Two real processes in a gloo group."""
+    need("lightning")
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_rank_scores, args=(port, str(tmp_path)), nprocs=2, start_method="spawn")
+    got = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
+    assert got[0] == got[1] == {"val_acc": pytest.approx(0.625), "val_loss_synced": pytest.approx(1.25)}
