@@ -855,14 +855,13 @@ def test_a_speedup_inside_the_noise_says_how_many_runs_would_tell_it_apart() -> 
 
     p = Params(batch_size=32, lr=0.01, num_gpus=1)
     told = Baseline(p, (), 7.69, 2, 0.99, 1.46, 1.46 * math.log(6.44 / 1.46), None, 5.26, 176.0, 73,
-                    runs_to_tell_apart=n, tell_read=True)
+                    runs_to_tell_apart=n)
     line = told.line("val_acc")
     assert ": within the runs' noise; " in line and line.endswith(
         f"(after 73 run(s) at the point estimate); about {n} runs a side (confirm.seeds) would tell them apart, if "
         f"the speedup and the runs' spread hold")
     assert told.to_dict()["runs_to_tell_apart"] == n
-    alike = Baseline(p, (), 7.69, 2, 0.99, 1.01, 1.0, None, 7.61, 176.0, None, runs_to_tell_apart=None,
-                     tell_read=True)
+    alike = Baseline(p, (), 7.69, 2, 0.99, 1.01, 1.0, None, 7.61, 176.0, None, runs_to_tell_apart=None)
     assert f"not told apart within {MAX_RUNS_TO_TELL} runs a side at this spread" in alike.line("val_acc")
     # beyond the noise nothing more is said
     clear = Baseline(p, (), 3.51, 2, 0.99, 1.47, 0.20, None, 2.40, 294.0, 264)

@@ -8,6 +8,7 @@ import errno
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from tune_batch.errors import NothingRecorded, SearchInterrupted, UserError
@@ -211,22 +212,24 @@ class _ReaderMayGo:
 
     def write(self, text: str) -> int:
         if not self._gone:
-            try:
+            with self._reader_may_go():
                 return self._stream.write(text)
-            except OSError as e:
-                if e.errno not in READER_GONE:
-                    raise
-                self._lost()
         return len(text)
 
     def flush(self) -> None:
         if not self._gone:
-            try:
+            with self._reader_may_go():
                 self._stream.flush()
-            except OSError as e:
-                if e.errno not in READER_GONE:
-                    raise
-                self._lost()
+
+    @contextlib.contextmanager
+    def _reader_may_go(self) -> Iterator[None]:
+        """A write whose reader is gone (``READER_GONE``) drops the stream; other errors rise."""
+        try:
+            yield
+        except OSError as e:
+            if e.errno not in READER_GONE:
+                raise
+            self._lost()
 
     def _lost(self) -> None:
         self._gone = True

@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tune_batch.store.records import TrialResult
 
@@ -30,14 +30,31 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
+def _handling(signals: tuple[int, ...], handler: Callable[[int, object], None]) -> Iterator[None]:
+    """For the duration, ``handler`` answers ``signals``, in the main thread only (elsewhere
+    nothing changes). A signal the parent set to be ignored stays ignored: a search a script
+    started with `cmd &` inherits SIGINT ignored, so that a Ctrl-C meant for the script does not
+    stop it too; under `nohup`, SIGHUP is ignored so that the search outlives the terminal. The
+    previous handlers are put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: h for s in signals if (h := signal.getsignal(s)) is not signal.SIG_IGN}
+    for s in before:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
 def stops_as_ctrl_c() -> Iterator[None]:
     """For the duration, SIGTERM and SIGHUP stop the process as Ctrl-C does, with KeyboardInterrupt
     (outside a search's ``graceful`` stretch, which handles them itself), and the signal is
     remembered in ``received``. A signal the parent set ignored stays ignored (``nohup`` ignores
     SIGHUP). The previous handlers are put back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def on_stop(signum: int, frame: object) -> None:
         received["signal"] = signum
@@ -45,14 +62,8 @@ def stops_as_ctrl_c() -> Iterator[None]:
         # inherits SIGINT ignored, and a SIGINT raised there would be ignored with it
         raise KeyboardInterrupt
 
-    before = {s: h for s in STOP_SIGNALS if (h := signal.getsignal(s)) is not signal.SIG_IGN}
-    for s in before:
-        signal.signal(s, on_stop)
-    try:
+    with _handling(STOP_SIGNALS, on_stop):
         yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
 
 
 def exit_code(signum: int | None) -> int:
@@ -85,9 +96,6 @@ def graceful() -> Iterator[None]:
     caller stops after the running trial, which is recorded); a second one raises
     KeyboardInterrupt at once. A signal that was ignored stays ignored. The previous handlers are
     put back."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def on_signal(signum: int, frame: object) -> None:
         if received["signal"] is not None:
@@ -95,14 +103,5 @@ def graceful() -> Iterator[None]:
         received["signal"] = signum
         _say_stopping(signum)
 
-    # a signal the parent set to be ignored stays ignored: a search a script started with `cmd &`
-    # inherits SIGINT ignored, so that a Ctrl-C meant for the script does not stop it too; under
-    # `nohup`, SIGHUP is ignored so that the search outlives the terminal
-    before = {s: h for s in (signal.SIGINT, *STOP_SIGNALS) if (h := signal.getsignal(s)) is not signal.SIG_IGN}
-    for s in before:
-        signal.signal(s, on_signal)
-    try:
+    with _handling((signal.SIGINT, *STOP_SIGNALS), on_signal):
         yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)

@@ -77,11 +77,10 @@ class Baseline:
     # and the recommendation's final validation at that length, each the mean over its runs
     final_value: float | None = None
     recommended_final: float | None = None
-    # a speedup inside the noise: the fewest runs a side (confirm.seeds) at which one this size, with
-    # the runs' spread as measured, would leave 1 out of its interval (``runs_to_tell``); None with
-    # ``tell_read``: not within MAX_RUNS_TO_TELL
+    # a speedup inside the noise (its interval needs the runs' spread, so it is measured): the fewest
+    # runs a side (confirm.seeds) at which one this size would leave 1 out of its interval
+    # (``runs_to_tell``); None: not within MAX_RUNS_TO_TELL (or the speedup is beyond the noise)
     runs_to_tell_apart: int | None = None
-    tell_read: bool = False
 
     @property
     def device_seconds(self) -> tuple[float, float] | None:
@@ -135,8 +134,6 @@ class Baseline:
 
     def _tell(self) -> str:
         """What would tell a speedup inside the noise from none: more runs a side, how many."""
-        if not self.tell_read:
-            return ""
         if self.runs_to_tell_apart is None:
             return (f"; a difference this small is not told apart within {MAX_RUNS_TO_TELL} runs a side at this "
                     f"spread: for a run of yours, the two are alike")
@@ -247,17 +244,15 @@ def _spread(conf: Confirmation, mine: list[float], gpus: set[int]) -> tuple[floa
     return pooled_sd([*groups, [math.log(t) for t in mine if t > 0]])
 
 
-def _speedup_ci(speedup: float, conf: Confirmation, mine: list[float], theirs: list[float],
-                gpus: set[int]) -> float | None:
+def _speedup_ci(speedup: float, spread: tuple[float | None, int], mine: list[float],
+                theirs: list[float]) -> float | None:
     """The speedup x the 95 % half-width of its log: the log times' spread pooled over the
     confirmed configs of the two sides' GPU counts (``gpus``: a worker group's runs spread
     differently, ``slower_beyond_noise``) and the baseline, with Student's t of its degrees of
     freedom (two runs a side and the normal 1.96 gave one degree of freedom a side the width of
     many). The interval is ``Baseline.speedup_interval``."""
-    if not mine or not theirs:
-        return None
-    sd, df = _spread(conf, mine, gpus)
-    if sd is None:
+    sd, df = spread  # _spread's, over the two sides' GPU counts and the baseline (``mine``)
+    if not mine or not theirs or sd is None:
         return None
     return speedup * t95(df) * sd * math.sqrt(1 / len(mine) + 1 / len(theirs))
 
@@ -278,11 +273,11 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
     rec_s = best.time_to_target_s if best is not None else None
     speedup = ci = at_least = payback = None
     theirs: list[float] = []
-    gpus = {params.num_gpus, best.trial.params.num_gpus if best else 1}
+    spread = _spread(conf, hits, {params.num_gpus, best.trial.params.num_gpus if best else 1})
     if mine is not None and rec_s:
         speedup = mine / rec_s
         theirs = reach_times(best.runs, target, up) if best is not None else []
-        ci = _speedup_ci(speedup, conf, hits, theirs, gpus)
+        ci = _speedup_ci(speedup, spread, hits, theirs)
         saved = mine - rec_s
         if search_wall_s is not None and saved > 0:
             payback = math.ceil(search_wall_s / saved)
@@ -301,11 +296,12 @@ def compare(config: Config, conf: Confirmation, best: Candidate | None, runs: Se
                  payback, *levels, recommended_gpus=best.trial.params.num_gpus if best is not None else None,
                  no_time=no_time, final_value=statistics.fmean(finals) if at_length else None,
                  recommended_final=at_length.final_acc if at_length else None)
-    sd, df = _spread(conf, hits, gpus)
-    if b.speedup is None or b.speedup_interval is None or b.beyond_noise or sd is None:
+    if b.speedup is None or b.speedup_interval is None or b.beyond_noise:
         return b
+    sd, df = spread
+    assert sd is not None, "an interval without a measured spread"
     # a speedup inside the noise: how many runs a side would tell it from none
-    return replace(b, runs_to_tell_apart=runs_to_tell(b.speedup, sd, df, len(hits), len(theirs)), tell_read=True)
+    return replace(b, runs_to_tell_apart=runs_to_tell(b.speedup, sd, df, len(hits), len(theirs)))
 
 
 def _run_levels(runs: Sequence[TrialResult]) -> list[float]:

@@ -12,6 +12,7 @@ not run inside ``fit``: it would land in the timed window.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from typing import Any
 
@@ -141,8 +142,6 @@ def _group(world: int, device: torch.device) -> dict[str, Any]:
     the process group joined: Lightning's environment reads the first and keeps the second)."""
     if world <= 1:
         return {"devices": 1}
-    import os
-
     from lightning.pytorch.strategies import DDPStrategy
 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
