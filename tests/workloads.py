@@ -316,3 +316,17 @@ def pid_then_wait(loop_config: dict, rank: object) -> None:
 
     Path(loop_config["dir"], f"{rank.rank}.pid").write_text(str(os.getpid()))  # type: ignore[attr-defined]
     time.sleep(3600)
+
+
+#: ``gc.get_freeze_count()`` as each ``freeze_seen`` model was built (read by test_memory_safety)
+FREEZE_SEEN: list[int] = []
+
+
+def freeze_seen(num_classes: int = 10, width: int = 8) -> nn.Module:
+    """small_cnn, noting how much of the heap was frozen when the trial built it."""
+    import gc
+
+    from tune_batch.workload.models import small_cnn
+
+    FREEZE_SEEN.append(gc.get_freeze_count())
+    return small_cnn(num_classes=num_classes, width=width)

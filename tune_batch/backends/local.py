@@ -23,6 +23,7 @@ from tune_batch.backends.progress import Progress
 from tune_batch.backends.signals import graceful, stopping
 from tune_batch.config import Config, SpaceConfig
 from tune_batch.errors import ConfigError, TrialConfigError
+from tune_batch.measure.memory import settled_heap
 from tune_batch.store.jobs import Job, JobKind
 from tune_batch.store.records import Params, Status, TrialResult, budget_used, config_mistake, failing_alike
 from tune_batch.store.rundir import RunDir
@@ -152,8 +153,8 @@ class Objective:
         return seam.answer(self.config, self.policy.told(result), floor)  # None: Optuna records a FAIL
 
 
-def optimize(study: optuna.Study, objective: Objective, trials: int, callbacks: Sequence[Callable[..., None]] = (),
-             gc_after_trial: bool = False) -> None:
+def optimize(study: optuna.Study, objective: Objective, trials: int,
+             callbacks: Sequence[Callable[..., None]] = ()) -> None:
     """Run ``objective`` (built with ``free_skips=True``) on ``study`` until ``trials`` trials of
     the budget are used: a proposal the policy skips is told to Optuna and recorded, then the
     sampler is asked again without using up a trial (up to FREE_SKIPS_IN_A_ROW in a row)."""
@@ -163,8 +164,8 @@ def optimize(study: optuna.Study, objective: Objective, trials: int, callbacks: 
             study.stop()
 
     if trials > 0:
-        study.optimize(objective, n_trials=trials * (FREE_SKIPS_IN_A_ROW + 1), gc_after_trial=gc_after_trial,
-                       callbacks=[*callbacks, enough])
+        # no gc_after_trial: each trial's boundary (trial.run) has collected already
+        study.optimize(objective, n_trials=trials * (FREE_SKIPS_IN_A_ROW + 1), callbacks=[*callbacks, enough])
 
 
 def run_jobs(config: Config, run_dir: RunDir, jobs: Sequence[Job], progress: Progress) -> None:
@@ -213,7 +214,7 @@ def _search_stage(config: Config, run_dir: RunDir, *, storage: Any, study_name: 
             study.stop()  # after the running trial, which is recorded
 
     with graceful():
-        optimize(study, objective, config.budget.trials, [stop_if_signalled], gc_after_trial=True)
+        optimize(study, objective, config.budget.trials, [stop_if_signalled])
 
 
 class LocalBackend:
@@ -236,11 +237,13 @@ class LocalBackend:
             run_jobs(config, self.run_dir, jobs, self.progress)
 
     def run(self, config: Config, trials: int, later: Later) -> None:
-        """The search's ``trials`` (if any), then each later stage's jobs, in turn."""
-        if trials > 0:
-            self.run_trials(config, trials)
-        for kind, jobs in later:
-            self.run_jobs(config, jobs, kind)
+        """The search's ``trials`` (if any), then each later stage's jobs, in turn, on a settled
+        heap (``measure.memory.settled_heap``: the collection after each run walks what it made)."""
+        with settled_heap():
+            if trials > 0:
+                self.run_trials(config, trials)
+            for kind, jobs in later:
+                self.run_jobs(config, jobs, kind)
 
 
 @contextmanager

@@ -205,16 +205,20 @@ def _tensors(objects: list[Any]) -> list[Any]:
 
 
 def _storage_bytes(tensors: Iterable[Any], device_type: str) -> int:
+    import warnings
+
     storages: dict[int, int] = {}
-    for obj in tensors:
-        if obj.device.type == device_type:
-            try:
-                s = obj.untyped_storage()
-                storages[s.data_ptr()] = s.nbytes()
-            except (RuntimeError, NotImplementedError):
-                # sparse, nested and other storage-less layouts; the fake tensors a torch.compile
-                # left reachable have a storage but no data pointer (they hold no memory)
-                continue
+    with warnings.catch_warnings():  # reading a fake tensor's data pointer warns (or raises, below)
+        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+        for obj in tensors:
+            if obj.device.type == device_type:
+                try:
+                    s = obj.untyped_storage()
+                    storages[s.data_ptr()] = s.nbytes()
+                except (RuntimeError, NotImplementedError):
+                    # sparse, nested and other storage-less layouts; the fake tensors a torch.compile
+                    # left reachable have a storage but no data pointer (they hold no memory)
+                    continue
     return sum(storages.values())
 
 
@@ -238,9 +242,19 @@ class _Scope:
     """The state of the kept-memory readings of the run in progress (``kept_scope``)."""
 
     depth = 0  # open scopes
+    ready = False  # the heap is frozen and ``old`` holds its tensors: readings are of what is new
     froze = False  # whether this scope froze the heap (and unfreezes it at its end)
     full = False  # the heap could not be frozen: every reading collects and scans all of it
     old: list[weakref.ref[Any]] = []  # the tensors that were alive when the heap was frozen
+
+
+class _Settled:
+    """The heap ``settled_heap`` froze: the tensors alive then (None: not settled, or they could
+    not be referenced weakly)."""
+
+    old: list[weakref.ref[Any]] | None = None
+    process = contextlib.ExitStack()  # ``settle_process_heap``'s, held open until the process ends
+    process_settled = False
 
 
 #: Whether readings inside a ``kept_scope`` freeze the heap after the first one (off: every
@@ -258,7 +272,8 @@ def kept_scope() -> Iterator[None]:
     weak references to the tensors it found, and freezes what survived (``gc.freeze``); the later
     readings collect and scan only the objects created since, plus those tensors while they live:
     the same bytes. The heap is unfrozen when the scope ends (a cycle among the frozen objects
-    that became garbage during the run is collected then). Where something else had frozen part
+    that became garbage during the run is collected then). On a heap ``settled_heap`` froze, every
+    reading is of that kind, from the tensors it remembered. Where something else had frozen part
     of the heap, or collection is off, readings stay whole."""
     import gc
 
@@ -270,7 +285,7 @@ def kept_scope() -> Iterator[None]:
         if _Scope.depth == 0:
             if _Scope.froze:
                 gc.unfreeze()
-            _Scope.froze, _Scope.full, _Scope.old = False, False, []
+            _Scope.ready, _Scope.froze, _Scope.full, _Scope.old = False, False, False, []
 
 
 def _scoped_collect(scan: bool) -> list[Any] | None:
@@ -281,19 +296,22 @@ def _scoped_collect(scan: bool) -> list[Any] | None:
 
     if _Scope.full or not FREEZE:
         return None
-    if not _Scope.froze:
-        if gc.get_freeze_count() or not gc.isenabled():
+    if not _Scope.ready:
+        if gc.get_freeze_count() and _Settled.old is not None:  # frozen by settled_heap, its tensors known
+            _Scope.old, _Scope.ready = _Settled.old, True
+        elif gc.get_freeze_count() or not gc.isenabled():
             _Scope.full = True
             return None
-        tensors = _collect(scan)
-        try:
-            old = [weakref.ref(t) for t in tensors]
-        except TypeError:  # a tensor type without weak references: the scope's readings stay whole
-            _Scope.full = True
+        else:
+            tensors = _collect(scan)
+            try:
+                old = [weakref.ref(t) for t in tensors]
+            except TypeError:  # a tensor type without weak references: the scope's readings stay whole
+                _Scope.full = True
+                return tensors
+            _Scope.old, _Scope.froze, _Scope.ready = old, True, True
+            gc.freeze()
             return tensors
-        _Scope.old, _Scope.froze = old, True
-        gc.freeze()
-        return tensors
     # (the weak references are of a scanning scope's tensors only: none where ``scan`` is off)
     return [*_collect(scan), *(t for t in (r() for r in _Scope.old) if t is not None)]
 
@@ -327,3 +345,41 @@ def kept_bytes(device: Any) -> float:
             gc.collect()
         return float(torch.cuda.memory_allocated(device))
     return float(_storage_bytes(tensors, device.type) if tensors is not None else live_tensor_bytes(device.type))
+
+
+@contextlib.contextmanager
+def settled_heap() -> Iterator[None]:
+    """Garbage collections that walk only what the runs make. A full collection walks every object
+    the collector tracks: 0.3-0.4 s once torch, Ray or a trainer package is loaded (half a million
+    objects, nearly all of them imported modules), and a search collects after every run (so that
+    none of its memory carries into the next), besides Python's own collections inside the timed
+    windows. Here the heap as it stands is collected once and frozen (``gc.freeze``) for the
+    duration, its tensors remembered by weak reference so that the kept-memory readings still count
+    them (``kept_scope``); it is unfrozen at the end (a cycle among the frozen objects that became
+    garbage meanwhile is collected then). Where something else froze part of the heap, or
+    collection is off, nothing is changed."""
+    import gc
+
+    if gc.get_freeze_count() or not gc.isenabled():
+        yield
+        return
+    tensors = _collect()
+    try:
+        _Settled.old = [weakref.ref(t) for t in tensors]
+    except TypeError:  # a tensor type without weak references: the readings inside see only new tensors
+        _Settled.old = None
+    del tensors
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        _Settled.old = None
+
+
+def settle_process_heap() -> None:
+    """``settled_heap`` for the rest of this process, entered once: for the processes a search
+    starts to run its trials (the collection after each trial then walks what that trial made)."""
+    if not _Settled.process_settled:
+        _Settled.process_settled = True
+        _Settled.process.enter_context(settled_heap())

@@ -14,6 +14,7 @@ from tune_batch.backends.ray.resources import ResourcePlan
 from tune_batch.backends.ray.watchdog import hang_grace_s, run_with_watchdog
 from tune_batch.config import Config, config_from_dict
 from tune_batch.config.callables import install
+from tune_batch.measure.memory import settle_process_heap
 from tune_batch.store.jobs import lengthened, seeded
 from tune_batch.store.records import Params, Status, TrialInfo, TrialResult
 from tune_batch.study.admission import skipped
@@ -69,6 +70,7 @@ def ray_trainable(spec: dict[str, Any], *, config_dict: dict[str, Any], run_dir:
     then raises, so Ray discards this process and with it what hangs (a worker group that hangs
     is ended by ``run_data_parallel`` itself)."""
     install(callables)  # Python callables the driver's config names (notebooks)
+    settle_process_heap()  # this process runs trials only: the collection after each walks what it made
     config = config_from_dict(config_dict)
     if spec.get("seed") is not None:  # a repeat of a searched config with another seed
         config = seeded(config, int(spec["seed"]))
