@@ -253,8 +253,6 @@ class _Settled:
     not be referenced weakly)."""
 
     old: list[weakref.ref[Any]] | None = None
-    process = contextlib.ExitStack()  # ``settle_process_heap``'s, held open until the process ends
-    process_settled = False
 
 
 #: Whether readings inside a ``kept_scope`` freeze the heap after the first one (off: every
@@ -297,20 +295,17 @@ def _scoped_collect(scan: bool) -> list[Any] | None:
     if _Scope.full or not FREEZE:
         return None
     if not _Scope.ready:
-        if gc.get_freeze_count() and _Settled.old is not None:  # frozen by settled_heap, its tensors known
+        if _Settled.old is not None:  # the heap settled_heap froze, its tensors known
             _Scope.old, _Scope.ready = _Settled.old, True
         elif gc.get_freeze_count() or not gc.isenabled():
             _Scope.full = True
             return None
         else:
-            tensors = _collect(scan)
-            try:
-                old = [weakref.ref(t) for t in tensors]
-            except TypeError:  # a tensor type without weak references: the scope's readings stay whole
+            tensors, old = _freeze_remembering(scan)
+            if old is None:  # a tensor type without weak references: the scope's readings stay whole
                 _Scope.full = True
                 return tensors
             _Scope.old, _Scope.froze, _Scope.ready = old, True, True
-            gc.freeze()
             return tensors
     # (the weak references are of a scanning scope's tensors only: none where ``scan`` is off)
     return [*_collect(scan), *(t for t in (r() for r in _Scope.old) if t is not None)]
@@ -347,6 +342,32 @@ def kept_bytes(device: Any) -> float:
     return float(_storage_bytes(tensors, device.type) if tensors is not None else live_tensor_bytes(device.type))
 
 
+def _freeze_remembering(scan: bool = True) -> tuple[list[Any], list[weakref.ref[Any]] | None]:
+    """A whole collection, then the heap frozen (``gc.freeze``) with weak references to the
+    tensors alive (``scan``): the tensors and those references. None, and nothing frozen, where a
+    tensor type cannot be referenced weakly (later readings could not count it)."""
+    import gc
+
+    tensors = _collect(scan)
+    try:
+        old = [weakref.ref(t) for t in tensors]
+    except TypeError:
+        return tensors, None
+    gc.freeze()
+    return tensors, old
+
+
+def _settle() -> bool:
+    """``_freeze_remembering`` for ``settled_heap``, where nothing else froze the heap and
+    collection is on; whether it froze."""
+    import gc
+
+    if gc.get_freeze_count() or not gc.isenabled():
+        return False
+    _Settled.old = _freeze_remembering()[1]
+    return _Settled.old is not None
+
+
 @contextlib.contextmanager
 def settled_heap() -> Iterator[None]:
     """Garbage collections that walk only what the runs make. A full collection walks every object
@@ -356,20 +377,13 @@ def settled_heap() -> Iterator[None]:
     windows. Here the heap as it stands is collected once and frozen (``gc.freeze``) for the
     duration, its tensors remembered by weak reference so that the kept-memory readings still count
     them (``kept_scope``); it is unfrozen at the end (a cycle among the frozen objects that became
-    garbage meanwhile is collected then). Where something else froze part of the heap, or
-    collection is off, nothing is changed."""
+    garbage meanwhile is collected then). Where something else froze part of the heap, collection
+    is off, or a tensor cannot be referenced weakly, nothing is changed."""
     import gc
 
-    if gc.get_freeze_count() or not gc.isenabled():
+    if not _settle():
         yield
         return
-    tensors = _collect()
-    try:
-        _Settled.old = [weakref.ref(t) for t in tensors]
-    except TypeError:  # a tensor type without weak references: the readings inside see only new tensors
-        _Settled.old = None
-    del tensors
-    gc.freeze()
     try:
         yield
     finally:
@@ -378,8 +392,8 @@ def settled_heap() -> Iterator[None]:
 
 
 def settle_process_heap() -> None:
-    """``settled_heap`` for the rest of this process, entered once: for the processes a search
-    starts to run its trials (the collection after each trial then walks what that trial made)."""
-    if not _Settled.process_settled:
-        _Settled.process_settled = True
-        _Settled.process.enter_context(settled_heap())
+    """``settled_heap`` for the rest of this process (never unfrozen; a call on a settled heap does
+    nothing): for the processes a search starts to run its trials, so that the collection after
+    each trial walks what that trial made."""
+    if _Settled.old is None:
+        _settle()
