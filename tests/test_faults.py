@@ -211,3 +211,21 @@ def test_trials_failing_for_their_config_do_not_stop_a_search() -> None:
     assert failing_alike([*alike, rec(3, Status.OK, None)]) is None
     assert failing_alike([rec(i, Status.FAILED, "timeout: still running after 6 s") for i in range(3)]) is None
     assert failing_alike([*alike[:2], rec(2, Status.FAILED, "OSError: y")]) is None
+
+
+def test_a_config_mistake_on_a_rank_of_a_group_is_said_by_its_own_message() -> None:
+    """A worker group's rank raising a config mistake read "config: ray::_RankActor.run() (pid=...,
+    actor_id=...)": the first line of Ray's wrapper of the error, which is an instance of its class
+    too, was taken before the error itself."""
+    from ray.exceptions import RayTaskError
+
+    from tune_batch.backends.ray.data_parallel import classify_failure
+    from tune_batch.backends.ray.group import GroupError
+    from tune_batch.errors import TrialConfigError
+    from tune_batch.store.records import Status
+
+    mistake = TrialConfigError("objective 'eval_loss' is not among what the trainer's evaluation logged (nothing)")
+    wrapped = RayTaskError("_RankActor.run", "Traceback ...", mistake, actor_repr="<_RankActor>").as_instanceof_cause()
+    assert isinstance(wrapped, TrialConfigError) and str(wrapped).splitlines()[0] != str(mistake)
+    status, reason = classify_failure(GroupError({1: wrapped}))
+    assert status is Status.FAILED and reason == f"config: {mistake}", reason

@@ -113,7 +113,8 @@ def test_preflight_refuses_what_a_trainer_loop_cannot_do_yet() -> None:
     need("lightning")
     from tune_batch.pipeline.search import preflight
 
-    # a GPU count is searched in Lightning (a worker group's DDP: test_distributed), not yet elsewhere
+    # a GPU count is searched in Lightning (a worker group's DDP: test_distributed) and Transformers,
+    # not yet in Keras
     assert preflight(trainer_config("lightning", "lightning_cnn", space={"num_gpus": [1, 2]}))
     # a run's length in epochs is passes over the builder's training set (1497 samples): one shorter
     # than a trial is refused once that size is known, as in tune_batch's own loop
@@ -122,10 +123,13 @@ def test_preflight_refuses_what_a_trainer_loop_cannot_do_yet() -> None:
     assert "1497 training samples" in preflight(trainer_config("lightning", "lightning_cnn",
                                                                confirm={"candidates": 1, "epochs": 2.0}))
     need("transformers")
-    with pytest.raises(ConfigError, match=r"space.num_gpus = \[1, 2\]: train.loop = transformers runs one device "
-                                          r"per trial in this version \(more: lightning\); allowed: \[1\]"):
-        preflight(trainer_config("transformers", "hf_tiny", space={"num_gpus": [1, 2]},
-                                 objectives=[{"metric": "eval_loss", "direction": "minimize"}]))
+    assert preflight(trainer_config("transformers", "hf_tiny", space={"num_gpus": [1, 2]},
+                                    objectives=[{"metric": "eval_loss", "direction": "minimize"}]))
+    need("keras")
+    with pytest.raises(ConfigError, match=r"space.num_gpus = \[1, 2\]: train.loop = keras runs one device "
+                                          r"per trial in this version \(more: lightning, transformers\); "
+                                          r"allowed: \[1\]"):
+        preflight(trainer_config("keras", "keras_dense", space={"num_gpus": [1, 2]}))
 
 
 @pytest.mark.parametrize("builder, match", [
@@ -418,6 +422,18 @@ def test_best_yaml_says_which_trainer_it_was_measured_in(tmp_path: Path) -> None
     assert "# measured in: transformers (the user's own trainer" in (run_dir / "best.yaml").read_text()
 
 
+def _two_ranks(fn: Any, out: Path) -> None:
+    """``fn(rank, port, out)`` in two spawned processes (a gloo group's ranks 0 and 1 meet at port)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(fn, args=(port, str(out)), nprocs=2, start_method="spawn")
+
+
 def _rank_scores(rank: int, port: int, out: str) -> None:
     """One rank of a 2-process gloo group: its shard's scores, combined as a Lightning group's are."""
     import torch.distributed as dist
@@ -439,13 +455,53 @@ def test_a_lightning_groups_evaluation_is_the_ranks_mean(tmp_path: Path) -> None
     the module syncs it): the record's evaluation is the ranks' mean, the same on every rank (a
     confirmation run's stop test reads it on each). Two real processes in a gloo group."""
     need("lightning")
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank_scores, args=(port, str(tmp_path)), nprocs=2, start_method="spawn")
+    _two_ranks(_rank_scores, tmp_path)
     got = [json.loads((tmp_path / f"{r}.json").read_text()) for r in (0, 1)]
     assert got[0] == got[1] == {"val_acc": pytest.approx(0.625), "val_loss_synced": pytest.approx(1.25)}
+
+
+def _transformers_rank(rank: int, port: int, out: str) -> None:
+    """One rank of a 2-process gloo group, set up as a search's worker group sets its ranks up
+    (torchrun's variables, then the process group joined), training in the Transformers Trainer."""
+    import os
+
+    import torch.distributed as dist
+
+    from tune_batch.backends.ray.group import assign_ranks
+    from tune_batch.trial.trainers import measure_trainer
+
+    os.environ.update(assign_ranks([("n", []), ("n", [])])[rank].env("127.0.0.1", port))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        cfg = trainer_config("transformers", "hf_tiny_seen", {"out": out}, space={"num_gpus": [2]},
+                             objectives=[{"metric": "samples_per_s"}, {"metric": "eval_loss", "direction": "minimize"}])
+        r = measure_trainer(cfg, Params.of({"batch_size": 32, "lr": 0.01, "num_gpus": 2}), world=2)
+        Path(out, f"record{rank}.json").write_text(json.dumps(r.to_record()))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_transformers_trainer_trains_one_model_on_a_worker_groups_shards(tmp_path: Path) -> None:
+    """The user's Trainer as one rank of a worker group (num_gpus 2): its DDP on the group's
+    process group, each rank 16 of each step's 32 samples from its own shard, one model at the end
+    (the ranks' parameters the same after different data), the group's samples in the record and
+    the evaluation over the whole evaluation set on every rank (before: a worker group was refused
+    for this loop; and with the training's drop-last an evaluation batch of 64 over 64 samples on
+    two ranks evaluated nothing). Two real processes, no Ray."""
+    need("transformers")
+    _two_ranks(_transformers_rank, tmp_path)
+    seen = [json.loads((tmp_path / f"seen{r}.json").read_text()) for r in (0, 1)]
+    assert seen[0]["first_batch"] != seen[1]["first_batch"]  # each rank its own shard
+    assert all(len(s["first_batch"]) == 16 for s in seen)  # batch_size / world
+    assert seen[0]["params_sum"] == pytest.approx(seen[1]["params_sum"], rel=1e-6)  # one model: DDP's all-reduce
+    assert seen[0]["eval_samples"] == seen[1]["eval_samples"] == 64  # the whole evaluation set
+    rec = json.loads((tmp_path / "record0.json").read_text())
+    other = json.loads((tmp_path / "record1.json").read_text())
+    assert rec["status"] == "ok", rec["reason"]
+    info = rec["info"]
+    assert info["world_size"] == 2 and info["per_worker_batch"] == 16 and info["micro_batch_size"] == 16
+    assert info["train_samples_done"] == 256  # the group's: budget.train_samples
+    assert info["timed_samples"] == info["timed_steps"] * 32
+    assert rec["metrics"]["eval_loss"] == pytest.approx(other["metrics"]["eval_loss"])  # gathered: the same on both
+    assert math.isfinite(rec["metrics"]["eval_loss"]) and rec["metrics"]["peak_mem_bytes"] > 0

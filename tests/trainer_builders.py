@@ -86,6 +86,36 @@ def hf_tiny(limit: int | None = None, gpt2: bool = False, accumulation: int = 1)
             "args": {"gradient_accumulation_steps": accumulation, "per_device_eval_batch_size": 64}}
 
 
+def hf_tiny_seen(out: str) -> dict[str, Any]:
+    """``hf_tiny`` (GPT-2) noting, per rank (``RANK``) in ``out``/seen<rank>.json, the first training
+    batch's first tokens, the evaluation's samples and the parameters' sum after training."""
+    import json
+    import os
+
+    from transformers import TrainerCallback
+
+    pieces = hf_tiny(gpt2=True)
+    model, seen = pieces["model"], {"first_batch": None, "eval_samples": 0}
+
+    def note(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if module.training and seen["first_batch"] is None:
+            seen["first_batch"] = ids[:, 0].tolist()
+        elif not module.training:
+            seen["eval_samples"] += int(ids.shape[0])
+
+    class Done(TrainerCallback):
+        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            seen["params_sum"] = float(sum(p.detach().double().sum() for p in model.parameters()))
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            with open(os.path.join(out, f"seen{os.environ['RANK']}.json"), "w") as f:
+                json.dump(seen, f)
+
+    model.register_forward_pre_hook(note, with_kwargs=True)
+    return {**pieces, "callbacks": [Done()]}
+
+
 def keras_dense() -> dict[str, Any]:
     from tune_batch.workload.examples.keras_dense import build
 

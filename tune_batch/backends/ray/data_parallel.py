@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayTaskError
 
 from tune_batch.backends.ray.group import Rank, run_group
 from tune_batch.backends.ray.watchdog import hang_grace_s, seconds_from_env
@@ -123,7 +124,9 @@ def classify_failure(exc: BaseException) -> tuple[Status, str]:
     for e in errors:
         if is_oom_error(e):
             return Status.OOM, f"a worker ran out of memory: {type(e).__name__}: {first_line(e, 250)}"
-    for e in errors:
+    # the worker's own exception before Ray's wrapper of it (an instance of its class too, whose
+    # first line names the actor, not the fault)
+    for e in sorted(errors, key=lambda x: isinstance(x, RayTaskError)):
         if isinstance(e, TrialTimeout | NonFiniteError | TrialConfigError):
             return classify(e)[:2]
     inner = errors[1] if len(errors) > 1 else errors[0]  # the workers' own error before Ray's wrapper

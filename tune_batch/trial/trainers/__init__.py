@@ -31,7 +31,7 @@ def loop_module(loop: str) -> Any:
 
 
 #: The trainer loops that run a data-parallel trial (``num_gpus`` > 1) on a worker group.
-MULTI_DEVICE = ("lightning",)
+MULTI_DEVICE = ("lightning", "transformers")
 
 
 def group_kwargs(config: Config, world: int) -> dict[str, Any]:

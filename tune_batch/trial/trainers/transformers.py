@@ -9,12 +9,14 @@ the timed window or halve the batch behind the search's back (evaluation and che
 training, ``auto_find_batch_size``) and drops the short last batch; everything else in ``args``
 stays the user's. ``Trainer.evaluate`` afterwards gives ``eval_loss`` and what
 ``compute_metrics`` returns. The loss and the samples of each step are read by a forward hook on
-the model (it only reads the output).
+the model (it only reads the output). On a worker group (``num_gpus`` > 1) each rank runs the
+Trainer's DDP on the group's process group, a micro-batch of batch_size / num_gpus per rank.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import tempfile
 from typing import Any
 
@@ -126,29 +128,60 @@ class CurveCallback(TrainerCallback):
 
 
 def _scores(out: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in out.items() if k not in _EVAL_TIMING and isinstance(v, int | float)}
+    # numbers.Real: numpy's float32 too (a worker group's gathered losses average to one)
+    return {k: float(v) for k, v in out.items() if k not in _EVAL_TIMING and isinstance(v, numbers.Real)}
 
 
 def _overrides(config: Config, params: Params, plan: StepPlan, device: torch.device, micro: int,
-               evals: EvalPlan | None) -> dict[str, Any]:
+               evals: EvalPlan | None, world: int = 1) -> dict[str, Any]:
     """The TrainingArguments a trial decides (the rest of the user's stay)."""
     timing: dict[str, Any] = {"eval_strategy": "no"}
     if evals is not None:
         timing = {"eval_strategy": "steps", "eval_steps": evals.every}
+    group: dict[str, Any] = {}
+    if world > 1:  # the group's process group, joined already: the Trainer's DDP runs on it
+        group = {"ddp_backend": "nccl" if device.type == "cuda" else "gloo", "ddp_find_unused_parameters": False}
     return {"per_device_train_batch_size": micro, "learning_rate": params.lr, "max_steps": plan.total,
             "seed": config.search.seed, "save_strategy": "no", "auto_find_batch_size": False,
-            "dataloader_drop_last": True, "disable_tqdm": True, "use_cpu": device.type == "cpu", **timing}
+            "dataloader_drop_last": True, "disable_tqdm": True, "use_cpu": device.type == "cpu", **group, **timing}
+
+
+class _Trainer(Trainer):
+    """The Trainer with one change: ``dataloader_drop_last`` (set so that every training step has
+    the searched batch) does not reach the evaluation, which sees the whole evaluation set. (It
+    did: 64 evaluation samples at an evaluation batch of 64 on two ranks gave no batch at all, and
+    one rank's evaluation nothing; on one rank, the last short batch went unevaluated.)"""
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
+        drop = self.args.dataloader_drop_last
+        self.args.dataloader_drop_last = False
+        try:
+            return super().get_eval_dataloader(eval_dataset)
+        finally:
+            self.args.dataloader_drop_last = drop
+
+
+def _fresh_accelerate_state() -> None:
+    """Accelerate keeps the process's distributed state (one worker, or a group's rank and its
+    backend) in a process-wide singleton that a Trainer reads once: a trial process that ran
+    another group, or none, would hand the next Trainer the old one."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
 
 
 def train(config: Config, params: Params, plan: StepPlan | RunLength, device: torch.device, cap: MemoryCap,
-          deadline: float, validate: bool) -> TrainerRun:
+          deadline: float, validate: bool, world: int = 1) -> TrainerRun:
     """Run the trial's steps in the user's Trainer (a ``RunLength``: a confirmation run, evaluated
-    by the Trainer's ``eval_steps``); raises on any fault."""
+    by the Trainer's ``eval_steps``); raises on any fault. ``world`` > 1: this is one rank of a
+    worker group (the Trainer's DDP on the group's process group, each rank a micro-batch of
+    batch_size / world; its evaluation gathers every rank's shard, so every rank reads the same
+    scores); samples are the group's, the peak memory its largest rank's."""
     meter = meter_for(plan, device, cap.bytes, deadline)
     pieces = _pieces(config)
     plan, evals = sized(meter, plan, len(pieces["train_dataset"]))
     accumulation = accumulation_of(pieces)
-    micro = micro_batch(config, params.batch_size, accumulation, "gradient_accumulation_steps")
+    micro = micro_batch(config, params.batch_size // world, accumulation, "gradient_accumulation_steps")
     if len(pieces["train_dataset"]) < micro:
         raise ValueError(f"the training set has {len(pieces['train_dataset'])} samples, fewer than batch_size {micro}")
     if evals is not None and pieces.get("eval_dataset") is None:
@@ -163,11 +196,12 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
         scale_lr([optimizers[0]], [optimizers[1]] if optimizers[1] is not None else [], params.lr)
     try:
         with tempfile.TemporaryDirectory(prefix="tune_batch-transformers-") as root:
-            args = _arguments(pieces, _overrides(config, params, plan, device, micro, evals), root)
+            _fresh_accelerate_state()
+            args = _arguments(pieces, _overrides(config, params, plan, device, micro, evals, world), root)
             meter.data_workers = args.dataloader_num_workers
             extra = {k: pieces[k] for k in ("eval_dataset", "data_collator", "compute_metrics", "processing_class",
                                             "optimizers") if pieces.get(k) is not None}
-            trainer = Trainer(model=model, args=args, train_dataset=pieces["train_dataset"],
+            trainer = _Trainer(model=model, args=args, train_dataset=pieces["train_dataset"],
                               callbacks=[*(pieces.get("callbacks") or []), *ours], **extra)
             for quiet_cb in (PrinterCallback, ProgressCallback):  # a trial prints nothing per step
                 trainer.remove_callback(quiet_cb)
@@ -189,9 +223,15 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
     finally:
         hook.remove()
     precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    points = recorder.points if recorder is not None else None
+    if world > 1:  # the group's samples (every rank trains as many), its largest rank's memory
+        from tune_batch.trial import collective
+
+        peak = collective.group_max(peak, world)
+        points = [[p[0] * world, *p[1:]] for p in points] if points is not None else None
     return TrainerRun(window, peak, method, scores if validate else {}, meter.last_loss,
                       f"{type(pieces['train_dataset']).__name__} of {len(pieces['train_dataset'])} samples",
-                      meter.steps, meter.samples_done, meter.window_samples, accumulation, micro, precision,
-                      args.dataloader_num_workers, notes={"trainer": f"transformers {transformers.__version__}"},
-                      curve=recorder.points if recorder is not None else None,
+                      meter.steps, meter.samples_done * world, meter.window_samples * world, accumulation, micro,
+                      precision, args.dataloader_num_workers,
+                      notes={"trainer": f"transformers {transformers.__version__}"}, curve=points,
                       kept=recorder.kept if recorder is not None else None)
