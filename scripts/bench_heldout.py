@@ -106,6 +106,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # a tenth, a bag of tokens with Adagrad (committed 2026-12-06 before it was measured and after the
     # confirmation's candidates became the near-top configs spread over their learning rates: it judges that)
     "bag_adagrad": {"config": HELDOUT / "bag_adagrad.yaml", "length": 65536, "held_out": True},
+    # an eleventh, self-attention with AdamW (committed 2026-12-07 before it was measured and before the
+    # horizon candidate rule for Adam-like optimizers was written: it judges that rule)
+    "attn_majority": {"config": HELDOUT / "attn_majority.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},

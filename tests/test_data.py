@@ -307,6 +307,16 @@ def test_the_sequence_workload_labels_each_sequence_by_its_most_frequent_signal_
     out = bag(x[:5])
     assert out.shape == (5, 3) and torch.allclose(bag(x[:5].flip(1)), out, atol=1e-6)
     assert not torch.allclose(bag(torch.zeros_like(x[:5])), out)
+    # self-attention with positions (attn_majority): the order reaches it, unlike the bag
+    from tune_batch.workload.sequences import attention_model
+
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "attn_majority.yaml"))
+    torch.manual_seed(0)
+    attn = attention_model(num_classes=3, vocab=12, length=16, embed=8, heads=2, ff=16)
+    with torch.no_grad():
+        attn.position.normal_()  # learned positions start at zero: give them values, as training would
+        out = attn(x[:5])
+        assert out.shape == (5, 3) and not torch.allclose(attn(x[:5].flip(1)), out, atol=1e-4)
 
 
 def test_the_waveform_workload_draws_each_shape_with_its_own_frequency_phase_and_amplitude() -> None:

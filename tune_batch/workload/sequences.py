@@ -1,5 +1,6 @@
-"""A seeded token-sequence classification set, and a recurrent and a bag-of-tokens classifier for
-it: the held-out workloads ``benchmarks/heldout/gru_majority.yaml`` and ``bag_adagrad.yaml``, offline.
+"""A seeded token-sequence classification set, and a recurrent, a bag-of-tokens and an attention
+classifier for it: the held-out workloads ``benchmarks/heldout/gru_majority.yaml``,
+``bag_adagrad.yaml`` and ``attn_majority.yaml``, offline.
 
 Each sequence is ``length`` tokens. Its label is one of ``classes`` signal tokens; every position
 holds that token with probability ``signal``, otherwise a token drawn uniformly from the whole
@@ -71,3 +72,26 @@ class BagClassifier(nn.Module):
 def bag_model(num_classes: int = 4, vocab: int = 32, embed: int = 64, hidden: int = 64) -> nn.Module:
     """The bag-of-tokens builder (``model.name: tune_batch.workload.sequences:bag_model``)."""
     return BagClassifier(num_classes, vocab, embed, hidden)
+
+
+class AttentionClassifier(nn.Module):
+    """Token and position embeddings, one pre-norm Transformer encoder block (self-attention and a
+    feed-forward layer), the mean over positions, and a linear head."""
+
+    def __init__(self, num_classes: int, vocab: int, length: int, embed: int, heads: int, ff: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.position = nn.Parameter(torch.zeros(length, embed))
+        self.block = nn.TransformerEncoderLayer(embed, heads, ff, dropout=0.0, batch_first=True, norm_first=True)
+        self.norm = nn.LayerNorm(embed)
+        self.head = nn.Linear(embed, num_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens) + self.position[: tokens.shape[1]]
+        return self.head(self.norm(self.block(x)).mean(1))
+
+
+def attention_model(num_classes: int = 4, vocab: int = 32, length: int = 32, embed: int = 32, heads: int = 2,
+                    ff: int = 64) -> nn.Module:
+    """The attention builder (``model.name: tune_batch.workload.sequences:attention_model``)."""
+    return AttentionClassifier(num_classes, vocab, length, embed, heads, ff)
