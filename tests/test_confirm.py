@@ -1225,3 +1225,74 @@ def test_a_payback_without_a_measured_spread_is_not_claimed() -> None:
     assert b.speedup_ci is None and b.payback_runs is not None and not b.to_dict()["payback_established"]
     line = b.line("val_acc")
     assert "paid back after" not in line and "not established without a run-to-run spread" in line, line
+
+
+def test_a_candidates_horizon_scaled_rate_is_confirmed_beside_it_and_can_be_the_answer() -> None:
+    """confirm.horizon_beta: the first candidate's config at lr x (confirmation / trial samples)^-beta
+    is confirmed beside it as ``<trial>h``, a config no short trial measured; where its runs reach
+    the target first it is the recommendation, said to be that, with no short-budget trade-offs."""
+    from tune_batch.decide.confirm import jobs
+    from tune_batch.decide.horizon import horizon_factor
+    from tune_batch.output.files import pareto_payload
+    from tune_batch.output.frames import to_frame
+    from tune_batch.output.text import render_summary
+
+    cfg = tiny_config(objectives=OBJ, budget={"train_samples": 1024},
+                      confirm={"target_from": "best", "train_samples": 4096, "seeds": 1, "horizon_beta": 0.5})
+    assert horizon_factor(cfg) == pytest.approx(0.5)  # 4x a trial's samples, beta 0.5
+    short, runs = _off_front_records()
+    planned = jobs(cfg, [short[3], short[0]], set(), horizon=True)
+    assert [(j.trial_id, j.of, j.params.lr) for j in planned] == [("1c0", 1, 0.01), ("1hc0", "1h", 0.005),
+                                                                  ("0c0", 0, 0.01)]
+    assert [j.trial_id for j in jobs(cfg, [short[3]], set())] == ["1c0"]  # a later round's, a replacement's: none
+    epochs = tiny_config(confirm={"epochs": 2.0, "seeds": 1, "horizon_beta": 0.5})
+    assert [j.trial_id for j in jobs(epochs, [short[3]], set(), horizon=True)] == ["1c0"]  # no factor before the
+    # training set is known: a length in epochs is refused for the option before the search (preflight)
+    from tune_batch.errors import ConfigError
+    from tune_batch.pipeline.preflight import preflight
+
+    with pytest.raises(ConfigError, match=r"^confirm.horizon_beta = 0.5 needs the confirmation runs' length in "
+                                          r"samples, not confirm.epochs; allowed: confirm.train_samples, or no "):
+        preflight(epochs)
+    lower = _rec("1hc0", 600, 0.97, b=16, lr=0.005, confirm_of="1h", curve=_curve([0.9, 0.96, 0.97, 0.97], step_s=1.0))
+    report = decide(cfg, short + runs + [lower])
+    conf = report.confirmation
+    assert [c.trial.trial_id for c in conf.candidates] == ["1h", 1, 0]  # in long-budget rank order
+    assert report.recommended.trial_id == "1h" and report.recommended.params.lr == 0.005
+    assert report.tradeoffs == {}
+    assert any("trial 1h is trial 1's config at a lower learning rate (confirm.horizon_beta)" in n
+               for n in texts(report.notes))
+    assert not any("not on the short-budget front" in n for n in texts(report.notes))
+    text = render_summary(report)
+    assert "trial 1's config at a lower learning rate, lr x (confirmation samples / trial samples)^-beta" in text
+    payload = pareto_payload(report)
+    assert payload["recommended"]["trial_id"] == "1h" and payload["recommended"]["params"]["lr"] == 0.005
+    frame = to_frame(short + runs + [lower], report).set_index("trial_id")
+    assert frame.loc["1hc0", "confirm_of"] == "1h" and frame.loc["1hc0", "recommended"]
+    assert not frame["recommended"].drop("1hc0").any()
+    assert payload["recommended_on_front"] is None and not report.baseline_kept
+    assert "(trial 1h; time_to_target)" in text and " instead (" not in text  # no short-budget trade-offs
+    # without its runs (not yet run, or the option off): the candidates as before
+    assert decide(cfg, short + runs).recommended.trial_id == 1
+
+
+def test_a_search_confirms_its_first_candidates_horizon_scaled_rate_and_resumes_without_rerunning(
+        tmp_path: Path) -> None:
+    """For real, in process: the horizon-scaled config's runs train beside the candidates', at the
+    rate the option says, and appear in pareto.json's confirmation; run again, nothing is rerun."""
+    cfg = tiny_config(search={"backend": "optuna", "seed": 0}, budget={"trials": 3, "train_samples": 512},
+                      confirm={"candidates": 1, "seeds": 1, "train_samples": 2048, "evaluations": 4, "target": 0.5,
+                               "replace_unreached": False, "horizon_beta": 0.5})
+    search(cfg, tmp_path / "run", quiet=True)
+    lines = (tmp_path / "run" / "trials.jsonl").read_text().splitlines()
+    recs = {r["trial_id"]: r for r in map(json.loads, lines)}
+    (parent,) = [r for r in recs.values() if r["info"].get("confirm_of") not in (None, "baseline")
+                 and not str(r["info"]["confirm_of"]).endswith("h")]
+    lower = recs[f"{parent['info']['confirm_of']}hc0"]
+    assert lower["status"] == "ok" and lower["info"]["confirm_of"] == f"{parent['info']['confirm_of']}h"
+    assert lower["params"]["lr"] == pytest.approx(parent["params"]["lr"] * 0.5)  # (2048 / 512) ** -0.5
+    assert lower["params"]["batch_size"] == parent["params"]["batch_size"] and lower["info"]["curve"]
+    conf = json.loads((tmp_path / "run" / "pareto.json").read_text())["confirmation"]
+    assert {c["trial_id"] for c in conf["candidates"]} == {parent["info"]["confirm_of"], lower["info"]["confirm_of"]}
+    search(cfg, tmp_path / "run", quiet=True)
+    assert len((tmp_path / "run" / "trials.jsonl").read_text().splitlines()) == len(lines)

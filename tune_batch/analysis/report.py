@@ -52,14 +52,15 @@ class Report:
     @property
     def baseline_kept(self) -> bool:
         """Whether the recommendation is the user's baseline (its first confirmation run stands for
-        it: a config the search did not propose)."""
-        return self.recommended is not None and self.recommended.info.confirm_of is not None
+        it: a config the search did not propose), kept because it was sooner than the search's pick."""
+        return self.recommended is not None and self.baseline is not None and self.baseline.kept
 
     @property
     def recommended_on_front(self) -> bool | None:
         """Whether the recommended config is on the front (a confirmed one need not be); None
-        without one, or where it is the user's baseline."""
-        if self.recommended is None or self.baseline_kept:
+        without one, or where no short trial measured it (the user's baseline, a candidate's
+        horizon-scaled rate: a confirmation run stands for it)."""
+        if self.recommended is None or self.recommended.info.confirm_of is not None:
             return None
         return any(r.trial_id == self.recommended.trial_id for r in self.front)
 

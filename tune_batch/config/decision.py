@@ -41,6 +41,11 @@ class ConfirmConfig(_Section):
     4x longer, over the better half of the last (successive halving) until one learns (0: none; no goal length)."""
     replace_unreached: bool = True
     """A candidate that missed the target is replaced once by the next (docs/decision.md, a second look)."""
+    horizon_beta: float | None = Field(None, gt=0.0, le=2.0)
+    """Also confirm the first candidate at a lower learning rate, lr x (confirmation samples / trial
+    samples)^-horizon_beta, its own runs beside the others (record ids <trial>h...): the best rate
+    of a short run is often too high for a long one with Adam-like optimizers (docs/benchmarks.md,
+    bench_lr_horizon). Off (None) by default: not yet judged on a held-out workload."""
     stop_at_target: bool = False
     """With a target given (goal.target or confirm.target), a run (tune_batch's own loop, one
     worker or a worker group, or a trainer loop) ends at the first validation that reaches it: what

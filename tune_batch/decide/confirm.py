@@ -16,6 +16,7 @@ from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
 from tune_batch.analysis.points import StepMeans, one_worker_sps, scaling_efficiency
 from tune_batch.config import Config
 from tune_batch.config.metrics import reached
+from tune_batch.decide.horizon import HORIZON, horizon_config
 from tune_batch.decide.predict import estimate_time, predict_time, samples_factor, search_noise_scale, usable_prediction
 from tune_batch.decide.target import default_target, level
 from tune_batch.store.jobs import Job, JobKind
@@ -26,18 +27,26 @@ BASELINE = "baseline"
 
 
 def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
-         baseline: Params | None = None, rung: int = 1, samples: int | None = None) -> list[Job]:
+         baseline: Params | None = None, rung: int = 1, samples: int | None = None,
+         horizon: bool = False) -> list[Job]:
     """``confirm.seeds`` runs of each candidate and of the ``baseline`` (confirm_of "baseline"),
     seed-major (every config once, then again: slow drift of a shared machine spreads over all of
-    them), those in ``done`` left out."""
+    them), those in ``done`` left out. ``horizon``: the first candidate's horizon-scaled config
+    (``confirm.horizon_beta``, where set) beside it."""
     out = []
     tail = f"r{rung}" if rung > 1 else ""  # an escalation round's runs: <trial>c<seed>r<round>
+    lower = horizon_config(config, candidates[0]) if horizon and candidates else None
     for k in range(config.confirm.seeds):
         seed = config.search.seed + k
         for r in candidates:  # a data-parallel config as a worker group, on the path of its trials
             job = Job(f"{r.trial_id}c{seed}{tail}", JobKind.CONFIRM, r.trial_id, r.params, seed, rung, samples)
             if job.trial_id not in done:
                 out.append(job)
+            if lower is not None and r is candidates[0]:
+                of = f"{r.trial_id}{HORIZON}"
+                job = Job(f"{of}c{seed}{tail}", JobKind.CONFIRM, of, lower, seed, rung, samples)
+                if job.trial_id not in done:
+                    out.append(job)
         if baseline is not None and candidates and f"{BASELINE}-c{seed}{tail}" not in done:
             out.append(Job(f"{BASELINE}-c{seed}{tail}", JobKind.CONFIRM, BASELINE, baseline, seed, rung, samples))
     return out

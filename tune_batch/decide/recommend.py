@@ -18,6 +18,7 @@ from tune_batch.config import Config
 from tune_batch.decide.baseline import compare, is_current, stale_ids
 from tune_batch.decide.confirm import BASELINE, confirm, last_round
 from tune_batch.decide.confirm import jobs as confirm_jobs
+from tune_batch.decide.horizon import HORIZON, is_horizon, with_horizon
 from tune_batch.decide.predict import samples_factor, search_noise_scale
 from tune_batch.decide.repeats import candidates
 from tune_batch.store.records import Status, TrialResult
@@ -299,7 +300,7 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     runs = [r for r in runs if r.info.confirm_of != BASELINE]
     # every config with runs, in the order the short budget ranks them (a finished run read with
     # another confirm.candidates still shows what was confirmed)
-    conf = confirm(config, confirm_order(report), runs, short)
+    conf = confirm(config, with_horizon(confirm_order(report), runs), runs, short)
     if conf is not None:  # the second look's replacements that have runs
         ran = {r.info.confirm_of for r in runs}
         conf = dataclasses.replace(conf, replaced={k: v.trial_id for k, v in replacements(config, latest).items()
@@ -336,6 +337,12 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
                   f"{'device-seconds (wall x num_gpus)' if devices else 'time'} to {conf.metric} {conf.target:.4g}, "
                   f"from confirmation runs of {conf.train_samples:.0f} samples and the time the noise scale predicts")
     report = dataclasses.replace(report, recommended=best.trial, method=method, learned=True)
+    if is_horizon(best.trial):  # a config no short trial measured: no short-budget trade-offs to state
+        parent = best.trial.trial_id[:-len(HORIZON)]
+        notes.append(Note(NoteKind.DECISION, f"trial {best.trial.trial_id} is trial {parent}'s config at a lower "
+                                             f"learning rate (confirm.horizon_beta), measured in its confirmation "
+                                             f"runs only"))
+        return dataclasses.replace(report, notes=tuple(notes), tradeoffs={})
     off = off_front_note(report)
     if off:
         notes.append(Note(NoteKind.DECISION, off))

@@ -15,6 +15,7 @@ from tune_batch.analysis.points import SHOWN_LEVELS
 from tune_batch.analysis.report import Report
 from tune_batch.config import sizes
 from tune_batch.decide.confirm import Candidate, Confirmation, predictions, step_before
+from tune_batch.decide.horizon import HORIZON, is_horizon
 from tune_batch.store.records import Status, TrialResult
 
 PARAM_COLUMNS = ("batch_size", "lr", "num_gpus")
@@ -166,7 +167,16 @@ def tradeoff_lines(report: Report) -> list[str]:
     """What each front point gains and loses against the recommended one (each +- its noise)."""
     rec = report.recommended
     return [f"trial {r.trial_id} instead (batch_size={r.params.batch_size} lr={r.params.lr:.3g}): "
-            + ", ".join(report.tradeoffs.get(r.trial_id, [])) for r in report.front if rec is not None and r is not rec]
+            + ", ".join(report.tradeoffs[r.trial_id]) for r in report.front
+            if rec is not None and r is not rec and report.tradeoffs.get(r.trial_id)]
+
+
+def _horizon_lines(x: Candidate) -> list[str]:
+    """What a candidate is when it is another's config at a lower learning rate (``confirm.horizon_beta``)."""
+    if not is_horizon(x.trial):
+        return []
+    return [f"trial {x.trial.trial_id[:-len(HORIZON)]}'s config at a lower learning rate, lr x (confirmation samples / "
+            f"trial samples)^-beta (confirm.horizon_beta); no short trial measured it"]
 
 
 def _memory_lines(conf: Confirmation, x: Candidate) -> list[str]:
@@ -239,7 +249,7 @@ def confirm_lines(conf: Confirmation) -> list[str]:
         gpus = f" num_gpus={p.num_gpus}" if several else ""
         out.append(f"  #{x.long_rank} trial {x.trial.trial_id} (batch_size={p.batch_size} lr={p.lr:.3g}{gpus}; "
                    f"short-budget rank {x.short_rank}): {reach}; {x.reached} of {len(x.runs)} run(s) reached it")
-        out += [f"    {line}" for line in _memory_lines(conf, x)]
+        out += [f"    {line}" for line in (*_horizon_lines(x), *_memory_lines(conf, x))]
     counts = conf.gpu_counts()
     if len(counts) > 1:
         out.append("  by GPU count: " + "; ".join(_count_line(g, conf.metric, conf.maximize, counts) for g in counts))

@@ -30,6 +30,11 @@ def preflight(config: Config, batch_size: int | None = None, *, address: str | N
     from tune_batch.workload import build_datasets, build_model
 
     check_trackers(config.search.log_to)
+    beta = config.confirm.horizon_beta
+    if beta is not None and config.confirm_samples(None) is None:
+        where = "goal" if config.goal is not None and config.goal.length_given else "confirm"
+        raise ConfigError(f"confirm.horizon_beta = {beta} needs the confirmation runs' length in samples, not "
+                          f"{where}.epochs; allowed: {where}.train_samples, or no confirm.horizon_beta")
     if config.train.loop != "tune_batch":  # the user's trainer: its builder's pieces are checked instead
         from tune_batch.trial.trainers import preflight_trainer
 

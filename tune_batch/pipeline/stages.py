@@ -60,7 +60,8 @@ def confirms_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
     if budget_used(_searched(records)) < config.budget.trials or repeats_of(config, records):
         return []
     base = build_report(config, [r for r in records if r.info.confirm_of is None])
-    return confirm_jobs(config, confirm_candidates(base), done_ids(config, records), baseline_params(config))
+    return confirm_jobs(config, confirm_candidates(base), done_ids(config, records), baseline_params(config),
+                        horizon=True)
 
 
 def escalations_of(config: Config, records: Sequence[TrialResult]) -> list[Job]:
