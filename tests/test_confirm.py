@@ -1258,6 +1258,8 @@ def test_a_candidates_horizon_scaled_rate_is_confirmed_beside_it_and_can_be_the_
     report = decide(cfg, short + runs + [lower])
     conf = report.confirmation
     assert [c.trial.trial_id for c in conf.candidates] == ["1h", 1, 0]  # in long-budget rank order
+    measured = [c for c in conf.candidates if c.trial.trial_id != "1h"]  # the ranks' agreement: without it
+    assert conf.agreement == kendall_tau([c.short_rank for c in measured], [c.long_rank for c in measured])
     assert report.recommended.trial_id == "1h" and report.recommended.params.lr == 0.005
     assert report.tradeoffs == {}
     assert any("trial 1h is trial 1's config at a lower learning rate (confirm.horizon_beta)" in n

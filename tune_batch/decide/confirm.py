@@ -16,7 +16,7 @@ from tune_batch.analysis.noise import pooled_sd, slower_beyond_noise, t95
 from tune_batch.analysis.points import StepMeans, one_worker_sps, scaling_efficiency
 from tune_batch.config import Config
 from tune_batch.config.metrics import reached
-from tune_batch.decide.horizon import HORIZON, horizon_config
+from tune_batch.decide.horizon import HORIZON, horizon_config, is_horizon
 from tune_batch.decide.predict import estimate_time, predict_time, samples_factor, search_noise_scale, usable_prediction
 from tune_batch.decide.target import default_target, level
 from tune_batch.store.jobs import Job, JobKind
@@ -26,9 +26,8 @@ from tune_batch.store.records import Params, Status, TrialResult
 BASELINE = "baseline"
 
 
-def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object],
-         baseline: Params | None = None, rung: int = 1, samples: int | None = None,
-         horizon: bool = False) -> list[Job]:
+def jobs(config: Config, candidates: Sequence[TrialResult], done: set[object], baseline: Params | None = None,
+         rung: int = 1, samples: int | None = None, horizon: bool = False) -> list[Job]:
     """``confirm.seeds`` runs of each candidate and of the ``baseline`` (confirm_of "baseline"),
     seed-major (every config once, then again: slow drift of a shared machine spreads over all of
     them), those in ``done`` left out. ``horizon``: the first candidate's horizon-scaled config
@@ -340,7 +339,8 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
                              statistics.mean((r.info.curve or [[0, 0, 0]])[-1][2] for r in rs), ttt, stt, len(hits)))
     out.sort(key=lambda x: (x.time_to_target_s is None, x.time_to_target_s or 0.0, -x.best_acc if up else x.best_acc))
     out = [Candidate(**{**x.__dict__, "long_rank": i + 1}) for i, x in enumerate(out)]
-    tau = kendall_tau([x.short_rank for x in out], [x.long_rank for x in out])
+    measured = [x for x in out if not is_horizon(x.trial)]  # the ranks' agreement: configs a short trial measured
+    tau = kendall_tau([x.short_rank for x in measured], [x.long_rank for x in measured])
     length = statistics.median(r.info.planned_samples or r.info.train_samples_done or 0
                                for rs in by.values() for r in rs)
     steps = StepMeans()
