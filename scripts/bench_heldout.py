@@ -56,10 +56,11 @@ run ending at it (``confirm.stop_at_target``): what a user who knows their targe
 it costs (``goal_target_*``).
 
 Usage: python scripts/bench_decision.py --heldout [--workloads tabular_mlp ...] [--seeds 0 1 2 3 4 5]
-       [--runs 3] [--dev] [--goal] [--goal-target] [--out DIR] [--phase grid|arms|side|all]
+       [--runs 3] [--dev] [--goal] [--goal-target] [--horizon BETA] [--out DIR] [--phase grid|arms|side|all]
 Ends with: RESULT heldout_regret_median=... heldout_regret_worst=... heldout_compute_frac_target_grid_worst=...
 beats_baseline=... beats_max_batch_linear_lr=... beats_lightning=... beats_random_equal=... beats_asha=...
 workloads=... [goal_regret_median=... goal_regret_worst=...] [goal_target_regret_median=... ...]
+[horizon_regret_median=... horizon_regret_worst=... horizon_beats_default=won/lost]
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ FRACTION, EVALUATIONS, GRID_SEEDS, LRS = 0.99, 32, 3, 5
 ARMS = ("baseline", "max_batch_linear_lr", "lightning", "random_equal", "asha")
 #: arms of tune_batch told the user's run (outside the headline): what each was told
 GOAL_ARMS = {"tune_batch_goal": "the run's length (goal.train_samples)",
-             "tune_batch_goal_target": "the run's length and the target (goal.target; runs end there)"}
+             "tune_batch_goal_target": "the run's length and the target (goal.target; runs end there)",
+             "tune_batch_horizon": "to confirm its first candidate at a lower rate too (confirm.horizon_beta)"}
 ADAPTIVE = {"adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "radam"}
 
 
@@ -265,7 +267,7 @@ def yardstick(name: str, rows: list[dict]) -> dict:
 
 
 def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool = False,
-               target: float | None = None) -> dict:
+               target: float | None = None, horizon: float | None = None) -> dict:
     """tune_batch's search of the workload with ``seed`` (``sampler``: override the default one;
     ``goal``: the user states the run's length, ``goal.train_samples`` = the full length; ``target``:
     and the target, ``goal.target``, each confirmation run ending there, ``confirm.stop_at_target``),
@@ -275,6 +277,7 @@ def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool 
 
     sets = [f"search.seed={seed}"] + ([f"goal.train_samples={WORKLOADS[name]['length']}"] if goal else [])
     sets += [f"goal.target={target!r}", "confirm.stop_at_target=true"] if target is not None else []
+    sets += [f"confirm.horizon_beta={horizon!r}"] if horizon is not None else []
     cfg = load_config(WORKLOADS[name]["config"], sets)
     if sampler is not None:
         cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"sampler": sampler})})
@@ -433,10 +436,13 @@ def baseline_arm(name: str) -> dict:
     return {"pick": {"batch_size": base.batch_size, "lr": base.lr}, "wall_s": 0.0, "how": "the config's baseline"}
 
 
-def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: float | None = None) -> list[dict]:
+def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: float | None = None,
+         horizon: float | None = None) -> list[dict]:
     """Every arm's picks (stored in ``out``/<name>_arms.jsonl; arms already there are kept);
     ``goal``: also tune_batch told the run's length (the ``tune_batch_goal`` arm); ``target``: also
-    told the length and this target, its runs ending there (``tune_batch_goal_target``)."""
+    told the length and this target, its runs ending there (``tune_batch_goal_target``); ``horizon``:
+    also tune_batch with ``confirm.horizon_beta`` = it, each seed's right after the default's
+    (``tune_batch_horizon``)."""
     import shutil
     from functools import partial
 
@@ -455,6 +461,9 @@ def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: flo
     for seed in seeds:
         random_out = out / f"{name}-random-{seed}"  # (not kept: tune_batch's own searches are)
         once("tune_batch", seed, partial(search_arm, name, seed, None, out / f"{name}-search-{seed}"))
+        if horizon is not None:
+            once("tune_batch_horizon", seed, partial(search_arm, name, seed, None, out / f"{name}-horizon-{seed}",
+                                                     horizon=horizon))
         once("random_equal", seed, partial(search_arm, name, seed, "random", random_out))
         shutil.rmtree(random_out, ignore_errors=True)
         budget = next(r["wall_s"] for r in jsonl(path) if r["arm"] == "tune_batch" and r["seed"] == seed)
@@ -665,6 +674,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--goal-target", action="store_true",
                     help="add an arm: tune_batch told the run's length and the yardstick as goal.target, each "
                          "confirmation run ending there (confirm.stop_at_target)")
+    ap.add_argument("--horizon", type=float, default=None, metavar="BETA",
+                    help="add an arm: tune_batch with confirm.horizon_beta = BETA, each seed's search right after "
+                         "the default's (horizon_regret_* and horizon_beats_default, won/lost, in the RESULT line)")
     ap.add_argument("--phase", choices=["grid", "arms", "side", "all"], default="all",
                     help="stop after this phase (each is stored and resumed)")
     args = ap.parse_args(argv)
@@ -684,7 +696,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: yardstick {json.dumps(stick, default=float)}", flush=True)
         if args.phase == "grid":
             continue
-        arm_rows = arms(name, args.seeds, args.out, args.goal, stick["target"] if args.goal_target else None)
+        arm_rows = arms(name, args.seeds, args.out, args.goal, stick["target"] if args.goal_target else None,
+                        args.horizon)
         if args.phase == "arms":
             continue
         g = stick["grid_best"]
@@ -716,6 +729,12 @@ def main(argv: list[str] | None = None) -> None:
         regrets, fracs = [x for t in gt for x in t["regrets"]], [x for t in gt for x in t["compute_frac_target_grid"]]
         extra += (f" goal_target_regret_median={median(regrets):.3f} goal_target_regret_worst={max(regrets):.3f}"
                   f" goal_target_compute_frac_target_grid_worst={max(fracs):.3f}")
+    hz = [f["told"]["tune_batch_horizon"] for f in held if "tune_batch_horizon" in f["told"]]
+    if hz:
+        regrets = [x for t in hz for x in t["regrets"]]
+        vs = [t["beats"]["tune_batch"] for t in hz if "tune_batch" in t["beats"]]
+        extra += (f" horizon_regret_median={median(regrets):.3f} horizon_regret_worst={max(regrets):.3f}"
+                  f" horizon_beats_default={sum(b['won'] for b in vs)}/{sum(b['lost'] for b in vs)}")
     print("RESULT " + line(held, "heldout") + extra)
 
 

@@ -86,3 +86,31 @@ def test_side_by_side_runs_compare_only_configs_trained_in_one_round(bench) -> N
     assert again == tag and rows == newer and not legacy  # the round resumes where it stopped
     # the earlier set of picks still reads its own rows only
     assert bench.side_round(old + newer, [a, b], 2)[0] == old
+
+
+def test_the_horizon_arm_runs_each_seed_right_after_the_default_search(bench, tmp_path, monkeypatch) -> None:
+    """--horizon BETA: tune_batch with confirm.horizon_beta = BETA, interleaved with the default
+    search seed by seed (the criterion in benchmarks/heldout/README.md compares the two). The
+    arms' own work is stood in for: this checks the order and what each is told."""
+    calls = []
+
+    def fake_search(name, seed, sampler, out, goal=False, target=None, horizon=None):
+        calls.append(("search", seed, sampler, horizon))
+        return {"pick": {"batch_size": 32, "lr": 0.001}, "wall_s": 1.0, "trial_s": 1.0, "trials": 1, "how": "x"}
+
+    def fake(arm):
+        def run(*args):
+            calls.append((arm, *args[1:2]))
+            return {"pick": {"batch_size": 64, "lr": 0.001}, "wall_s": 1.0, "how": arm}
+        return run
+
+    monkeypatch.setattr(bench, "search_arm", fake_search)
+    for arm in ("asha_arm", "lightning_arm", "max_batch_arm", "baseline_arm"):
+        monkeypatch.setattr(bench, arm, fake(arm))
+    rows = bench.arms("attn_majority", [0, 1], tmp_path, horizon=0.4)
+    assert [(r["arm"], r["seed"]) for r in rows][:3] == [("tune_batch", 0), ("tune_batch_horizon", 0),
+                                                        ("random_equal", 0)]
+    assert [c for c in calls if c[0] == "search"] == [("search", 0, None, None), ("search", 0, None, 0.4),
+                                                      ("search", 0, "random", None), ("search", 1, None, None),
+                                                      ("search", 1, None, 0.4), ("search", 1, "random", None)]
+    assert "tune_batch_horizon" in bench.GOAL_ARMS  # read outside the headline, against the default
