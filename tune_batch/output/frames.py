@@ -11,6 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tune_batch.decide.horizon import is_horizon
 from tune_batch.store.records import TrialResult
 from tune_batch.store.rundir import replace_file
 
@@ -43,7 +44,7 @@ def _row(r: TrialResult, report: Report | None = None) -> dict[str, Any]:
         out["on_front"] = r.searched and any(f.trial_id == r.trial_id for f in report.front)
         rec = report.recommended  # a kept baseline is its first confirmation run's row
         out["recommended"] = (rec is not None and rec.trial_id == r.trial_id and (r.searched or report.baseline_kept))
-        if rec is not None and rec.info.confirm_of == rec.trial_id:  # a horizon-scaled config: the run standing for it
+        if rec is not None and is_horizon(rec):  # a horizon-scaled config: the run standing for it
             out["recommended"] = (r.info.confirm_of == rec.trial_id and r.info.seed == rec.info.seed
                                   and r.info.rung == rec.info.rung)
     out["duration_s"] = r.duration_s

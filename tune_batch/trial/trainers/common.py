@@ -227,3 +227,14 @@ def trainer_record(config: Config, params: Params, plan: StepPlan, device: torch
     ).with_(**telemetry)
     info = info.with_(other={**info.other, **run.notes})
     return TrialResult(None, params, Status.OK, None, metrics, metrics.duration_s or 0.0, info)
+
+
+def group_totals(peak: int | None, points: list | None, world: int) -> tuple[int | None, list | None]:
+    """A worker group rank's peak memory and curve as the record's: the largest rank's peak, and
+    the group's samples at each validation (every rank trains as many). As they are alone."""
+    if world <= 1:
+        return peak, points
+    from tune_batch.trial import collective
+
+    peak = collective.group_max(peak, world)
+    return peak, [[p[0] * world, *p[1:]] for p in points] if points is not None else None

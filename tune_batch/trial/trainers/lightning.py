@@ -27,6 +27,7 @@ from tune_batch.trial.trainers.common import (
     TrainerRun,
     build_pieces,
     chance_of,
+    group_totals,
     loader_of,
     micro_batch,
     scale_lr,
@@ -196,12 +197,7 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
             out = trainer.validate(module, dataloaders=val_loader, verbose=False)
             scores = _across(_floats(out[0] if out else {}), world)
     val_set = val.dataset if isinstance(val, torch.utils.data.DataLoader) else val
-    points = recorder.points if recorder is not None else None
-    if world > 1:  # the group's samples (every rank trains as many), its largest rank's memory
-        from tune_batch.trial import collective
-
-        peak = collective.group_max(peak, world)
-        points = [[p[0] * world, *p[1:]] for p in points] if points is not None else None
+    peak, points = group_totals(peak, recorder.points if recorder is not None else None, world)
     return TrainerRun(window, peak, method, scores if validate else {}, meter.last_loss,
                       f"{type(loader.dataset).__name__} of {len(loader.dataset)} samples",  # type: ignore[arg-type]
                       meter.steps, meter.samples_done * world, meter.window_samples * world, accumulation, micro,

@@ -29,7 +29,7 @@ from tune_batch.config import Config
 from tune_batch.store.records import Params
 from tune_batch.trial.loop import batch_len
 from tune_batch.trial.setup import MemoryCap, StepPlan
-from tune_batch.trial.trainers.common import TrainerRun, build_pieces, micro_batch, scale_lr, wrong_piece
+from tune_batch.trial.trainers.common import TrainerRun, build_pieces, group_totals, micro_batch, scale_lr, wrong_piece
 from tune_batch.trial.trainers.curve import CurveRecorder, EvalPlan, RunLength, meter_for, sized
 from tune_batch.trial.trainers.meter import Meter
 
@@ -223,12 +223,7 @@ def train(config: Config, params: Params, plan: StepPlan | RunLength, device: to
     finally:
         hook.remove()
     precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
-    points = recorder.points if recorder is not None else None
-    if world > 1:  # the group's samples (every rank trains as many), its largest rank's memory
-        from tune_batch.trial import collective
-
-        peak = collective.group_max(peak, world)
-        points = [[p[0] * world, *p[1:]] for p in points] if points is not None else None
+    peak, points = group_totals(peak, recorder.points if recorder is not None else None, world)
     return TrainerRun(window, peak, method, scores if validate else {}, meter.last_loss,
                       f"{type(pieces['train_dataset']).__name__} of {len(pieces['train_dataset'])} samples",
                       meter.steps, meter.samples_done * world, meter.window_samples * world, accumulation, micro,
