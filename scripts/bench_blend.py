@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{sum(r['blended'] for r in rows)}; its pick differs from the runs' in {len(differ)} "
           f"({sum(r['contenders'] == 2 for r in differ)} of them with two contenders)")
     for r in differ:
-        print(f"  {r['search']:34s} {r['contenders']} contenders: blend {lab(r['blend']):>12s} (runs {r['blend_s']:.2f} s)"
-              f"  runs {lab(r['runs']):>12s} (runs {r['runs_s']:.2f} s)")
+        print(f"  {r['search']:34s} {r['contenders']} contenders: blend {lab(r['blend']):>12s} "
+              f"(runs {r['blend_s']:.2f} s)  runs {lab(r['runs']):>12s} (runs {r['runs_s']:.2f} s)")
     if args.replay_only or not differ:
         print(f"RESULT searches={len(rows)} disagree={len(differ)}")
         return
