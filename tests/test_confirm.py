@@ -548,6 +548,38 @@ def test_the_prediction_does_not_overturn_runs_that_differ_beyond_their_spread()
     assert est[1] < est[0] and open_.best.trial.trial_id == 1
 
 
+def test_with_two_contenders_the_blend_ignores_what_their_runs_measured() -> None:
+    """With two contenders each one's prediction is the other's measured samples to target scaled by
+    the noise model, so in the ratio of their blends both measured counts cancel: swapping which
+    candidate's runs came in first (inside their spread) leaves the blend's order and its ratio as
+    they were. confirm.rank_by "runs" follows the runs (seen on the held-out attn_majority, seed 1:
+    5.41 s against 7.89 s, and the blend recommended the slower)."""
+    gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
+    short = [_rec(0, 2000, 0.90, b=256, **gns), _rec(1, 1000, 0.95, b=32, **gns)]
+
+    def runs(times: dict[int, tuple[float, float]]) -> list[TrialResult]:
+        sps = {0: 2000, 1: 1000}
+        return [_rec(f"{t}c{k}", sps[t], 0.97, b=256 if t == 0 else 32, confirm_of=t, seed=k + 1,
+                     curve=_curve([0.5, 0.97], samples=sps[t] * s / 2, step_s=s / 2))
+                for t, pair in times.items() for k, s in enumerate(pair)]
+
+    first, second = {0: (1.0, 2.9), 1: (2.6, 2.8)}, {0: (2.6, 2.8), 1: (1.0, 2.9)}
+    ratios = []
+    for times in (first, second):
+        conf = decide(tiny_config(objectives=OBJ, confirm={"rank_by": "blend"}), short + runs(times)).confirmation
+        assert len(conf.contenders()) == 2 and conf.ranked_with_predictions()
+        est = {c.trial.trial_id: c.estimate_s for c in conf.candidates}
+        ratios.append(est[0] / est[1])
+        assert conf.best.trial.trial_id == 1  # batch 32 either way
+    assert ratios[0] == pytest.approx(ratios[1])
+    assert ratios[0] == pytest.approx((1 + 256 / 50) / (1 + 32 / 50) * 1000 / 2000)
+    for times, quicker in ((first, 0), (second, 1)):
+        report = decide(tiny_config(objectives=OBJ, confirm={"rank_by": "runs"}), short + runs(times))
+        assert report.recommended.trial_id == quicker and not report.confirmation.ranked_with_predictions()
+        assert report.confirmation.to_dict()["ranked_with_predictions"] is False
+        assert "ranked by their runs alone" not in render_summary(report)
+
+
 def test_a_worker_groups_spread_does_not_hide_a_gap_between_one_worker_candidates() -> None:
     """The runs' spread is pooled per GPU count. Seen on a quickstart search over num_gpus [1, 2]:
     the one-worker candidates' runs reached the target at 3.41-3.86 s and 5.41-6.02 s, the 2-worker

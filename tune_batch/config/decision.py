@@ -46,6 +46,11 @@ class ConfirmConfig(_Section):
     samples)^-horizon_beta, its own runs beside the others (record ids <trial>h...): the best rate
     of a short run is often too high for a long one with Adam-like optimizers (docs/benchmarks.md,
     bench_lr_horizon). Off (None) by default: not yet judged on a held-out workload."""
+    rank_by: Literal["runs", "blend"] = "blend"
+    """What orders the candidates that reached the target: "runs", their confirmation runs' median
+    time to it; "blend", the geometric mean of that time and the time the search's gradient noise
+    scale predicts for each from the other candidates' runs (docs/decision.md). Either way a
+    candidate whose runs were slower than another's beyond their spread is not ranked ahead of it."""
     stop_at_target: bool = False
     """With a target given (goal.target or confirm.target), a run (tune_batch's own loop, one
     worker or a worker group, or a trainer loop) ends at the first validation that reaches it: what

@@ -170,6 +170,7 @@ class Confirmation:
     rung: int = 1  # the escalation round its runs come from (1: no escalation)
     replaced: dict[Any, Any] = field(default_factory=dict)  # trial id that did not reach -> its replacement's
     epochs: float | None = None  # the length as given in passes over the training set (goal.epochs, confirm.epochs)
+    blend: bool = True  # confirm.rank_by "blend": the prediction may weigh in (see best_by)
 
     @property
     def best(self) -> Candidate | None:
@@ -185,7 +186,7 @@ class Confirmation:
         if self.at_length:
             return self.best_at_length(devices)
         steady = self.contenders(devices)
-        blend = not self.unpredicted(steady)
+        blend = self.blend and not self.unpredicted(steady)
         return min(steady, key=lambda c: (c.ranked_by(devices, blend) or 0.0, c.long_rank), default=None)
 
     def contenders(self, devices: bool = False) -> list[Candidate]:
@@ -210,7 +211,7 @@ class Confirmation:
 
     def ranked_with_predictions(self) -> bool:
         """Whether the recommendation (wall seconds) ranked its contenders by their estimates."""
-        return not self.at_length and not self.unpredicted(self.contenders())
+        return self.blend and not self.at_length and not self.unpredicted(self.contenders())
 
     def run_times(self, c: Candidate, devices: bool = False) -> list[float]:
         """Training seconds to the target of each of ``c``'s runs that reached it (x num_gpus when ``devices``)."""
@@ -351,7 +352,7 @@ def confirm(config: Config, candidates: Sequence[TrialResult], runs: Sequence[Tr
     conf = Confirmation(target, how, length, out, tau, failed, *search_noise_scale(short_runs), steps,
                         tuple(short_runs), name, up, at_length=at_length, rung=rung,
                         own_run=config.goal is not None and config.goal.length_given,
-                        epochs=config.confirm_epochs if rung == 1 else None)
+                        epochs=config.confirm_epochs if rung == 1 else None, blend=config.confirm.rank_by == "blend")
     predicted = {x["trial_id"]: x for x in predictions(conf, [])["confirmed"]}
     return replace(conf, candidates=[
         replace(x, estimate_s=estimate_time(x.time_to_target_s, predicted[x.trial.trial_id]),

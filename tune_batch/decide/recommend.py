@@ -333,9 +333,12 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
                   f"over the confirmation runs); within its noise, the least "
                   f"{'device-seconds' if devices else 'training time'}")
     else:
-        method = (f"{DEVICE_SECONDS if devices else TIME_TO_TARGET}: the shortest estimated "
+        blended = conf.ranked_with_predictions()
+        how = "estimated" if blended else "median"
+        method = (f"{DEVICE_SECONDS if devices else TIME_TO_TARGET}: the shortest {how} "
                   f"{'device-seconds (wall x num_gpus)' if devices else 'time'} to {conf.metric} {conf.target:.4g}, "
-                  f"from confirmation runs of {conf.train_samples:.0f} samples and the time the noise scale predicts")
+                  f"from confirmation runs of {conf.train_samples:.0f} samples"
+                  + (" and the time the noise scale predicts" if blended else ""))
     report = dataclasses.replace(report, recommended=best.trial, method=method, learned=True)
     if is_horizon(best.trial):  # a config no short trial measured: no short-budget trade-offs to state
         parent = best.trial.trial_id[:-len(HORIZON)]

@@ -259,7 +259,7 @@ def confirm_lines(conf: Confirmation) -> list[str]:
     eligible = [x for x in reached if x.trial.trial_id not in conf.excluded and (not x.grows or best_grows)]
     blend = conf.ranked_with_predictions()
     contenders = conf.contenders()
-    if not conf.at_length and not blend and any(x.predicted for x in contenders):
+    if not conf.at_length and conf.blend and not blend and any(x.predicted for x in contenders):
         out.append(f"  ranked by their runs alone, without the predictions: trial(s) "
                    f"{', '.join(str(x.trial.trial_id) for x in conf.unpredicted(contenders))} reached the target "
                    f"with no usable prediction (no noise scale, or samples/s only from disturbed windows)")
