@@ -113,8 +113,7 @@ class Candidate:
     samples_to_target: float | None
     reached: int  # runs that reached the target
     long_rank: int = 0
-    # what the recommendation ranks by: the runs' time to target and the time the noise scale
-    # predicts from the other candidates (estimate_time); the runs' time alone without a prediction
+    # the blend of the runs' time to target and the noise scale's prediction (estimate_time), or the runs' alone
     estimate_s: float | None = None
     predicted: bool = False  # estimate_s holds a prediction (there is one, not from disturbed readings only)
 
