@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -520,11 +521,9 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
                                                    for c in alone.confirmation.candidates)
 
 
-def test_the_prediction_does_not_overturn_runs_that_differ_beyond_their_spread() -> None:
-    """The prediction is a second reading where the runs leave the order open. Batch 256's two runs
-    reached the target at 1.0 and 1.1 s, batch 32's at 2.6 and 2.8 s: the noise scale predicts batch 32
-    (0.56 s) far sooner than batch 256 (5.0 s) and the blend ranks it first, but its runs were slower
-    beyond their pooled spread, so they decide. Where the runs overlap, the blend still does."""
+def _two_candidates() -> tuple[list[TrialResult], Callable[[dict], list[TrialResult]]]:
+    """Batch 256 (trial 0, 2000 samples/s) and batch 32 (trial 1, 1000) with B_noise 50, and their
+    confirmation runs from {trial: (seconds to the target of each run)}."""
     gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
     short = [_rec(0, 2000, 0.90, b=256, **gns), _rec(1, 1000, 0.95, b=32, **gns)]
 
@@ -533,6 +532,16 @@ def test_the_prediction_does_not_overturn_runs_that_differ_beyond_their_spread()
         return [_rec(f"{t}c{k}", sps[t], 0.97, b=256 if t == 0 else 32, confirm_of=t, seed=k + 1,
                      curve=_curve([0.5, 0.97], samples=sps[t] * s / 2, step_s=s / 2))
                 for t, pair in times.items() for k, s in enumerate(pair)]
+
+    return short, runs
+
+
+def test_the_prediction_does_not_overturn_runs_that_differ_beyond_their_spread() -> None:
+    """The prediction is a second reading where the runs leave the order open. Batch 256's two runs
+    reached the target at 1.0 and 1.1 s, batch 32's at 2.6 and 2.8 s: the noise scale predicts batch 32
+    (0.56 s) far sooner than batch 256 (5.0 s) and the blend ranks it first, but its runs were slower
+    beyond their pooled spread, so they decide. Where the runs overlap, the blend still does."""
+    short, runs = _two_candidates()
 
     cfg = tiny_config(objectives=OBJ)
     report = decide(cfg, short + runs({0: (1.0, 1.1), 1: (2.6, 2.8)}))
@@ -554,14 +563,7 @@ def test_with_two_contenders_the_blend_ignores_what_their_runs_measured() -> Non
     candidate's runs came in first (inside their spread) leaves the blend's order and its ratio as
     they were. confirm.rank_by "runs" follows the runs (seen on the held-out attn_majority, seed 1:
     5.41 s against 7.89 s, and the blend recommended the slower)."""
-    gns = {"gns_trace_sigma": 100.0, "gns_grad_sq": 2.0}  # B_noise 50
-    short = [_rec(0, 2000, 0.90, b=256, **gns), _rec(1, 1000, 0.95, b=32, **gns)]
-
-    def runs(times: dict[int, tuple[float, float]]) -> list[TrialResult]:
-        sps = {0: 2000, 1: 1000}
-        return [_rec(f"{t}c{k}", sps[t], 0.97, b=256 if t == 0 else 32, confirm_of=t, seed=k + 1,
-                     curve=_curve([0.5, 0.97], samples=sps[t] * s / 2, step_s=s / 2))
-                for t, pair in times.items() for k, s in enumerate(pair)]
+    short, runs = _two_candidates()
 
     first, second = {0: (1.0, 2.9), 1: (2.6, 2.8)}, {0: (2.6, 2.8), 1: (1.0, 2.9)}
     ratios = []
