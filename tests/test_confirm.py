@@ -512,7 +512,7 @@ def test_a_lucky_confirmation_run_is_weighed_against_its_prediction() -> None:
     assert conf.best.trial.trial_id == 1 and report.recommended.trial_id == 1
     assert conf.to_dict()["recommended_trial_id"] == 1 and conf.to_dict()["candidates"][0]["estimate_s"] > 1.4
     text = render_summary(report)
-    assert "trial 1 is recommended, not #1" in text and "ranked at" in text
+    assert "trial 1 is recommended, not #1" in text and "ranked at" in text and "confirm.rank_by: runs" in text
     # without a noise scale there is no prediction: the runs' time alone decides
     plain = [TrialResult.from_record({**r.to_record(), "info": {**r.to_record()["info"], "gns_trace_sigma": None,
                                                                "gns_grad_sq": None}}) for r in short]

@@ -271,7 +271,8 @@ def confirm_lines(conf: Confirmation) -> list[str]:
         first = eligible[0]
         out.append(f"  trial {conf.best.trial.trial_id} is recommended, not #{first.long_rank}: its runs' time and "
                    f"its predicted time together ({conf.best.estimate_s:.2f} s) are the shortest; "
-                   f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together)")
+                   f"#{first.long_rank}'s runs were faster than its prediction ({first.estimate_s:.2f} s together; "
+                   f"confirm.rank_by: runs ranks by the runs alone)")
     blended = min(eligible, key=lambda c: (c.ranked_by(False, blend) or 0.0, c.long_rank), default=None)
     if not conf.at_length and conf.best is not None and blended is not None and blended is not conf.best:
         est = blended.ranked_by(False, blend) or 0.0
