@@ -56,11 +56,13 @@ run ending at it (``confirm.stop_at_target``): what a user who knows their targe
 it costs (``goal_target_*``).
 
 Usage: python scripts/bench_decision.py --heldout [--workloads tabular_mlp ...] [--seeds 0 1 2 3 4 5]
-       [--runs 3] [--dev] [--goal] [--goal-target] [--horizon BETA] [--out DIR] [--phase grid|arms|side|all]
+       [--runs 3] [--dev] [--goal] [--goal-target] [--horizon BETA] [--rank-runs] [--out DIR]
+       [--phase grid|arms|side|all]
 Ends with: RESULT heldout_regret_median=... heldout_regret_worst=... heldout_compute_frac_target_grid_worst=...
 beats_baseline=... beats_max_batch_linear_lr=... beats_lightning=... beats_random_equal=... beats_asha=...
 workloads=... [goal_regret_median=... goal_regret_worst=...] [goal_target_regret_median=... ...]
 [horizon_regret_median=... horizon_regret_worst=... horizon_beats_default=won/lost]
+[rank_runs_regret_median=... rank_runs_regret_worst=... rank_runs_beats_default=won/lost]
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # an eleventh, self-attention with AdamW (committed 2026-12-07 before it was measured and before the
     # horizon candidate rule for Adam-like optimizers was written: it judges that rule)
     "attn_majority": {"config": HELDOUT / "attn_majority.yaml", "length": 65536, "held_out": True},
+    # a twelfth, a torchvision MobileNetV3-Small with AdamW (committed 2026-12-07 before it was measured,
+    # after bench_blend read the spent ones: it judges confirm.rank_by: runs as a default)
+    "mobilenet_adamw": {"config": HELDOUT / "mobilenet_adamw.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},
@@ -122,7 +127,8 @@ ARMS = ("baseline", "max_batch_linear_lr", "lightning", "random_equal", "asha")
 #: arms of tune_batch told the user's run (outside the headline): what each was told
 GOAL_ARMS = {"tune_batch_goal": "the run's length (goal.train_samples)",
              "tune_batch_goal_target": "the run's length and the target (goal.target; runs end there)",
-             "tune_batch_horizon": "to confirm its first candidate at a lower rate too (confirm.horizon_beta)"}
+             "tune_batch_horizon": "to confirm its first candidate at a lower rate too (confirm.horizon_beta)",
+             "tune_batch_rank_runs": "to rank its confirmed candidates by their runs alone (confirm.rank_by: runs)"}
 ADAPTIVE = {"adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "radam"}
 
 
@@ -267,7 +273,7 @@ def yardstick(name: str, rows: list[dict]) -> dict:
 
 
 def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool = False,
-               target: float | None = None, horizon: float | None = None) -> dict:
+               target: float | None = None, horizon: float | None = None, rank_runs: bool = False) -> dict:
     """tune_batch's search of the workload with ``seed`` (``sampler``: override the default one;
     ``goal``: the user states the run's length, ``goal.train_samples`` = the full length; ``target``:
     and the target, ``goal.target``, each confirmation run ending there, ``confirm.stop_at_target``),
@@ -278,6 +284,7 @@ def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool 
     sets = [f"search.seed={seed}"] + ([f"goal.train_samples={WORKLOADS[name]['length']}"] if goal else [])
     sets += [f"goal.target={target!r}", "confirm.stop_at_target=true"] if target is not None else []
     sets += [f"confirm.horizon_beta={horizon!r}"] if horizon is not None else []
+    sets += ["confirm.rank_by=runs"] if rank_runs else []
     cfg = load_config(WORKLOADS[name]["config"], sets)
     if sampler is not None:
         cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"sampler": sampler})})
@@ -437,12 +444,13 @@ def baseline_arm(name: str) -> dict:
 
 
 def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: float | None = None,
-         horizon: float | None = None) -> list[dict]:
+         horizon: float | None = None, rank_runs: bool = False) -> list[dict]:
     """Every arm's picks (stored in ``out``/<name>_arms.jsonl; arms already there are kept);
     ``goal``: also tune_batch told the run's length (the ``tune_batch_goal`` arm); ``target``: also
     told the length and this target, its runs ending there (``tune_batch_goal_target``); ``horizon``:
     also tune_batch with ``confirm.horizon_beta`` = it, each seed's right after the default's
-    (``tune_batch_horizon``)."""
+    (``tune_batch_horizon``); ``rank_runs``: also tune_batch with ``confirm.rank_by: runs``, each seed's
+    right after the default's (``tune_batch_rank_runs``)."""
     import shutil
     from functools import partial
 
@@ -464,6 +472,9 @@ def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: flo
         if horizon is not None:
             once("tune_batch_horizon", seed, partial(search_arm, name, seed, None, out / f"{name}-horizon-{seed}",
                                                      horizon=horizon))
+        if rank_runs:
+            once("tune_batch_rank_runs", seed, partial(search_arm, name, seed, None, out / f"{name}-rankruns-{seed}",
+                                                       rank_runs=True))
         once("random_equal", seed, partial(search_arm, name, seed, "random", random_out))
         shutil.rmtree(random_out, ignore_errors=True)
         budget = next(r["wall_s"] for r in jsonl(path) if r["arm"] == "tune_batch" and r["seed"] == seed)
@@ -677,6 +688,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--horizon", type=float, default=None, metavar="BETA",
                     help="add an arm: tune_batch with confirm.horizon_beta = BETA, each seed's search right after "
                          "the default's (horizon_regret_* and horizon_beats_default, won/lost, in the RESULT line)")
+    ap.add_argument("--rank-runs", action="store_true",
+                    help="add an arm: tune_batch with confirm.rank_by = runs, each seed's search right after the "
+                         "default's (rank_runs_regret_* and rank_runs_beats_default in the RESULT line)")
     ap.add_argument("--phase", choices=["grid", "arms", "side", "all"], default="all",
                     help="stop after this phase (each is stored and resumed)")
     args = ap.parse_args(argv)
@@ -697,7 +711,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.phase == "grid":
             continue
         arm_rows = arms(name, args.seeds, args.out, args.goal, stick["target"] if args.goal_target else None,
-                        args.horizon)
+                        args.horizon, args.rank_runs)
         if args.phase == "arms":
             continue
         g = stick["grid_best"]
@@ -729,12 +743,13 @@ def main(argv: list[str] | None = None) -> None:
         regrets, fracs = [x for t in gt for x in t["regrets"]], [x for t in gt for x in t["compute_frac_target_grid"]]
         extra += (f" goal_target_regret_median={median(regrets):.3f} goal_target_regret_worst={max(regrets):.3f}"
                   f" goal_target_compute_frac_target_grid_worst={max(fracs):.3f}")
-    hz = [f["told"]["tune_batch_horizon"] for f in held if "tune_batch_horizon" in f["told"]]
-    if hz:
-        regrets = [x for t in hz for x in t["regrets"]]
-        vs = [t["beats"]["tune_batch"] for t in hz if "tune_batch" in t["beats"]]
-        extra += (f" horizon_regret_median={median(regrets):.3f} horizon_regret_worst={max(regrets):.3f}"
-                  f" horizon_beats_default={sum(b['won'] for b in vs)}/{sum(b['lost'] for b in vs)}")
+    for arm, key_ in (("tune_batch_horizon", "horizon"), ("tune_batch_rank_runs", "rank_runs")):
+        told = [f["told"][arm] for f in held if arm in f["told"]]
+        if told:
+            regrets = [x for t in told for x in t["regrets"]]
+            vs = [t["beats"]["tune_batch"] for t in told if "tune_batch" in t["beats"]]
+            extra += (f" {key_}_regret_median={median(regrets):.3f} {key_}_regret_worst={max(regrets):.3f}"
+                      f" {key_}_beats_default={sum(b['won'] for b in vs)}/{sum(b['lost'] for b in vs)}")
     print("RESULT " + line(held, "heldout") + extra)
 
 

@@ -88,14 +88,14 @@ def test_side_by_side_runs_compare_only_configs_trained_in_one_round(bench) -> N
     assert bench.side_round(old + newer, [a, b], 2)[0] == old
 
 
-def test_the_horizon_arm_runs_each_seed_right_after_the_default_search(bench, tmp_path, monkeypatch) -> None:
+def test_the_horizon_and_rank_runs_arms_follow_each_default_search(bench, tmp_path, monkeypatch) -> None:
     """--horizon BETA: tune_batch with confirm.horizon_beta = BETA, interleaved with the default
     search seed by seed (the criterion in benchmarks/heldout/README.md compares the two). The
     arms' own work is stood in for: this checks the order and what each is told."""
     calls = []
 
-    def fake_search(name, seed, sampler, out, goal=False, target=None, horizon=None):
-        calls.append(("search", seed, sampler, horizon))
+    def fake_search(name, seed, sampler, out, goal=False, target=None, horizon=None, rank_runs=False):
+        calls.append(("search", seed, sampler, horizon) + (("runs",) if rank_runs else ()))
         return {"pick": {"batch_size": 32, "lr": 0.001}, "wall_s": 1.0, "trial_s": 1.0, "trials": 1, "how": "x"}
 
     def fake(arm):
@@ -114,3 +114,11 @@ def test_the_horizon_arm_runs_each_seed_right_after_the_default_search(bench, tm
                                                       ("search", 0, "random", None), ("search", 1, None, None),
                                                       ("search", 1, None, 0.4), ("search", 1, "random", None)]
     assert "tune_batch_horizon" in bench.GOAL_ARMS  # read outside the headline, against the default
+    # --rank-runs: confirm.rank_by = runs, likewise right after the default of each seed
+    calls.clear()
+    rows = bench.arms("mobilenet_adamw", [0], tmp_path / "r", rank_runs=True)
+    assert [(r["arm"], r["seed"]) for r in rows][:3] == [("tune_batch", 0), ("tune_batch_rank_runs", 0),
+                                                        ("random_equal", 0)]
+    assert [c for c in calls if c[0] == "search"] == [("search", 0, None, None), ("search", 0, None, None, "runs"),
+                                                      ("search", 0, "random", None)]
+    assert "tune_batch_rank_runs" in bench.GOAL_ARMS
