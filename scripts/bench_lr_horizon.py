@@ -47,6 +47,7 @@ NOT_YET: set[str] = set()
 GRIDS = {name: (bh.HELDOUT / f"{name}_grid.jsonl" if spec["held_out"]
                 else bh.REPO / "benchmarks" / "dev" / f"{name}_grid.jsonl")
          for name, spec in bh.WORKLOADS.items() if name not in NOT_YET}
+GRIDS = {name: path for name, path in GRIDS.items() if path.exists()}  # a workload whose grid is not measured yet
 
 
 def value_at(curve: list, samples: float) -> float:

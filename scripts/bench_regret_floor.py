@@ -61,7 +61,7 @@ def twins(times: dict[tuple, list[float]], within: float = 0.01) -> list[tuple[t
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    held = [n for n, w in bh.WORKLOADS.items() if w["held_out"]]
+    held = [n for n, w in bh.WORKLOADS.items() if w["held_out"] and (bh.HELDOUT / f"{n}_side.jsonl").exists()]
     ap.add_argument("--workloads", nargs="+", default=held, choices=sorted(bh.WORKLOADS))
     ap.add_argument("--dir", type=Path, default=bh.HELDOUT, help="where <w>_grid.jsonl and <w>_side.jsonl are")
     ap.add_argument("--reps", type=int, default=4000)
