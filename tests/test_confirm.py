@@ -579,7 +579,9 @@ def test_with_two_contenders_the_blend_ignores_what_their_runs_measured() -> Non
         report = decide(tiny_config(objectives=OBJ, confirm={"rank_by": "runs"}), short + runs(times))
         assert report.recommended.trial_id == quicker and not report.confirmation.ranked_with_predictions()
         assert report.confirmation.to_dict()["ranked_with_predictions"] is False
-        assert "ranked by their runs alone" not in render_summary(report)
+        text = render_summary(report)
+        assert "ranked by their runs alone" not in text and "with its prediction" not in text
+        assert "the shortest median time" in report.method and "noise scale predicts" not in report.method
 
 
 def test_a_worker_groups_spread_does_not_hide_a_gap_between_one_worker_candidates() -> None:

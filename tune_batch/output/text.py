@@ -239,7 +239,7 @@ def confirm_lines(conf: Confirmation) -> list[str]:
             spread = f" (runs {min(hits):.2f}-{max(hits):.2f} s)"
         reach = (f"reached in {x.time_to_target_s:.2f} s of training{spread}, {x.samples_to_target:.0f} samples"
                  if x.time_to_target_s is not None else f"never reached it (best {x.best_acc:.4g})")
-        if x.estimate_s is not None and x.estimate_s != x.time_to_target_s:
+        if conf.blend and x.estimate_s is not None and x.estimate_s != x.time_to_target_s:
             reach += f" (ranked at {x.estimate_s:.2f} s with its prediction)"
         if p.num_gpus > 1 and x.device_seconds_to_target is not None:
             reach += f", {x.device_seconds_to_target:.2f} device-s"
