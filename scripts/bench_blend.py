@@ -47,6 +47,7 @@ import statistics
 import sys
 import tarfile
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -73,19 +74,13 @@ def picks(run: Path) -> dict | None:
     recs = [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines()
             if x.strip()]
     conf = _decide(cfg, recs, None, None).confirmation
-    if conf is None or conf.at_length:
+    if conf is None or conf.at_length or len(conf.contenders()) < 2:
         return None
-    steady = conf.contenders(False)
-    if len(steady) < 2:
-        return None
-    blend = not conf.unpredicted(steady)
-
-    def first(by_blend: bool):
-        return min(steady, key=lambda c: (c.ranked_by(False, by_blend and blend) or 0.0, c.long_rank))
-
-    b, r = first(True), first(False)
+    # the product's own ranking both ways: as the search ran (the blend), and with confirm.rank_by runs
+    b, r = replace(conf, blend=True).best, replace(conf, blend=False).best
     as_params = lambda c: {"batch_size": c.trial.params.batch_size, "lr": c.trial.params.lr}  # noqa: E731
-    return {"contenders": len(steady), "blended": blend, "blend": as_params(b), "runs": as_params(r),
+    return {"contenders": len(conf.contenders()), "blended": replace(conf, blend=True).ranked_with_predictions(),
+            "blend": as_params(b), "runs": as_params(r),
             "blend_s": b.time_to_target_s, "runs_s": r.time_to_target_s, "differ": b is not r}
 
 
@@ -124,6 +119,7 @@ def side(rows: list[dict], runs: int, out: Path) -> dict[tuple, list[float]]:
     stored = bh.jsonl(path)
     configs = sorted({(r["workload"], *bh.key(r[k])) for r in rows if r["differ"] for k in ("blend", "runs")})
     sticks = {w: bh.yardstick(w, bh.jsonl(bh.HELDOUT / f"{w}_grid.jsonl")) for w in {c[0] for c in configs}}
+    cfgs = {w: bh.run_config(bh.load(w), bh.WORKLOADS[w]["length"]) for w in sticks}
     done = {(r["workload"], *bh.key(r["params"]), r["seed"]) for r in stored}
     total = len(configs) * runs
     print(f"{len(configs)} configs side by side x {runs} runs: {len(done)} stored", flush=True)
@@ -134,8 +130,7 @@ def side(rows: list[dict], runs: int, out: Path) -> dict[tuple, list[float]]:
             if (w, b, lr, seed) in done:
                 continue
             stick = sticks[w]
-            cfg = bh.run_config(bh.load(w), bh.WORKLOADS[w]["length"])
-            row = bh.train_full(cfg, {"batch_size": b, "lr": lr}, seed,
+            row = bh.train_full(cfgs[w], {"batch_size": b, "lr": lr}, seed,
                                 until=lambda v, s=stick: bh.reached(v, s["target"], s["direction"]))
             row["workload"] = w
             bh.append(path, row)

@@ -185,7 +185,7 @@ class Confirmation:
         if self.at_length:
             return self.best_at_length(devices)
         steady = self.contenders(devices)
-        blend = self.blend and not self.unpredicted(steady)
+        blend = self.ranked_with_predictions(steady)
         return min(steady, key=lambda c: (c.ranked_by(devices, blend) or 0.0, c.long_rank), default=None)
 
     def contenders(self, devices: bool = False) -> list[Candidate]:
@@ -208,9 +208,9 @@ class Confirmation:
         return [c for c in (self.candidates if among is None else among)
                 if c.time_to_target_s is not None and not c.predicted]
 
-    def ranked_with_predictions(self) -> bool:
-        """Whether the recommendation (wall seconds) ranked its contenders by their estimates."""
-        return self.blend and not self.at_length and not self.unpredicted(self.contenders())
+    def ranked_with_predictions(self, among: Sequence[Candidate] | None = None) -> bool:
+        """Whether the recommendation ranks ``among`` (default its wall-second contenders) by their estimates."""
+        return self.blend and not self.at_length and not self.unpredicted(self.contenders() if among is None else among)
 
     def run_times(self, c: Candidate, devices: bool = False) -> list[float]:
         """Training seconds to the target of each of ``c``'s runs that reached it (x num_gpus when ``devices``)."""
