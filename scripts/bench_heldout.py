@@ -117,6 +117,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # (one run takes 330 s of training on the 2-core VM, a grid about 7 h: not in the default list here)
     "mobilenet_adamw": {"config": HELDOUT / "mobilenet_adamw.yaml", "length": 65536, "held_out": True,
                         "gpu": True},
+    # a thirteenth, categorical fields in one embedding table with RAdam (committed 2026-12-07 before it was
+    # measured; it judges confirm.rank_by: runs by re-ranking its default searches, --rerank)
+    "fields_radam": {"config": HELDOUT / "fields_radam.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},

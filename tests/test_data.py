@@ -319,6 +319,34 @@ def test_the_sequence_workload_labels_each_sequence_by_its_most_frequent_signal_
         assert out.shape == (5, 3) and not torch.allclose(attn(x[:5].flip(1)), out, atol=1e-4)
 
 
+def test_categorical_fields_are_seeded_and_need_the_pairs():
+    """The categorical-fields workload (fields_radam): one shared vocabulary (field f's values at
+    f x cardinality ...), Zipf-like frequencies, labels from per-value and per-pair scores."""
+    from tests.conftest import REPO
+    from tune_batch.config import load_config
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.workload.categorical import data, model
+
+    kw = {"rows": 4096, "val_rows": 256, "fields": 4, "cardinality": 8, "classes": 3, "seed": 2}
+    train, val = data(**kw)
+    x, y = train.tensors
+    assert x.shape == (4096, 4) and len(val) == 256 and set(y.tolist()) == {0, 1, 2}
+    for f in range(4):  # each field in its own slice of the shared vocabulary
+        assert int(x[:, f].min()) >= 8 * f and int(x[:, f].max()) < 8 * (f + 1)
+    counts = torch.bincount(x[:, 0], minlength=8)
+    assert counts[0] > 2 * counts[7]  # a few values common, most rare
+    assert torch.equal(data(**kw)[0].tensors[0], x)  # seeded
+    assert not torch.equal(data(**{**kw, "seed": 3})[0].tensors[0], x)
+    # without noise the pairs decide more labels than the single values alone can
+    clean = data(**{**kw, "noise": 0.0})[0].tensors[1]
+    no_pairs = data(**{**kw, "noise": 0.0, "pair_weight": 0.0})[0].tensors[1]
+    assert float((clean == no_pairs).float().mean()) < 0.95
+    assert model(num_classes=3, fields=4, cardinality=8, embed=4, hidden=16)(x[:5]).shape == (5, 3)
+    with pytest.raises(ValueError, match="each must be at least 2"):
+        data(fields=1)
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "fields_radam.yaml"))
+
+
 def test_the_waveform_workload_draws_each_shape_with_its_own_frequency_phase_and_amplitude() -> None:
     """waves_conv1d's data and model: one-channel waveforms labelled by their shape, seeded, the
     noiseless shapes distinct (a square wave takes two values, a sawtooth rises between its
