@@ -56,13 +56,15 @@ run ending at it (``confirm.stop_at_target``): what a user who knows their targe
 it costs (``goal_target_*``).
 
 Usage: python scripts/bench_decision.py --heldout [--workloads tabular_mlp ...] [--seeds 0 1 2 3 4 5]
-       [--runs 3] [--dev] [--goal] [--goal-target] [--horizon BETA] [--rank-runs] [--out DIR]
+       [--runs 3] [--dev] [--goal] [--goal-target] [--horizon BETA] [--rank-runs] [--rerank] [--out DIR]
        [--phase grid|arms|side|all]
 Ends with: RESULT heldout_regret_median=... heldout_regret_worst=... heldout_compute_frac_target_grid_worst=...
 beats_baseline=... beats_max_batch_linear_lr=... beats_lightning=... beats_random_equal=... beats_asha=...
 workloads=... [goal_regret_median=... goal_regret_worst=...] [goal_target_regret_median=... ...]
 [horizon_regret_median=... horizon_regret_worst=... horizon_beats_default=won/lost]
 [rank_runs_regret_median=... rank_runs_regret_worst=... rank_runs_beats_default=won/lost]
+[rerank_regret_median=... rerank_regret_worst=... rerank_beats_default=... rerank_over_default=... rerank_lo=...
+ rerank_hi=... rerank_differ=k/n rerank_verdict=runs|blend]
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ ARMS = ("baseline", "max_batch_linear_lr", "lightning", "random_equal", "asha")
 GOAL_ARMS = {"tune_batch_goal": "the run's length (goal.train_samples)",
              "tune_batch_goal_target": "the run's length and the target (goal.target; runs end there)",
              "tune_batch_horizon": "to confirm its first candidate at a lower rate too (confirm.horizon_beta)",
-             "tune_batch_rank_runs": "to rank its confirmed candidates by their runs alone (confirm.rank_by: runs)"}
+             "tune_batch_rank_runs": "to rank its confirmed candidates by their runs alone (confirm.rank_by: runs)",
+             "tune_batch_rerank": "nothing new: its own default search re-decided with confirm.rank_by: runs"}
 ADAPTIVE = {"adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "radam"}
 
 
@@ -310,6 +313,69 @@ def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool 
             "trials": len(records), "how": res.report.method if rec is not None else "no recommendation"}
 
 
+def redecide(run: Path, sets: list[str]) -> dict | None:
+    """The recommendation of the stored search in ``run`` decided again by today's code from its
+    config with ``sets`` applied (``confirm.rank_by=runs``: what the same search with that setting
+    recommends from the same trials and confirmation runs), as a pick (None: none)."""
+    from tune_batch.config import load_config
+    from tune_batch.decide.recommend import decide
+    from tune_batch.store.records import TrialResult
+
+    cfg = load_config(run / "config.yaml", sets)
+    recs = [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines()
+            if x.strip()]
+    rec = decide(cfg, recs).recommended
+    return {"batch_size": rec.params.batch_size, "lr": rec.params.lr} if rec is not None else None
+
+
+def rerank_arm(name: str, seed: int, out: Path) -> dict:
+    """tune_batch's default search of ``seed`` (kept in ``out``) re-decided with ``confirm.rank_by:
+    runs``: no new search, so its wall time and trial-seconds are that search's. ``as_searched``
+    says whether re-deciding it as it ran gives the pick it gave (the replay reproduces it)."""
+    run = out / f"{name}-search-{seed}"
+    default = next(r for r in jsonl(out / f"{name}_arms.jsonl") if r["arm"] == "tune_batch" and r["seed"] == seed)
+    pick, again = redecide(run, ["confirm.rank_by=runs"]), redecide(run, [])
+    same = pick == default["pick"]
+    return {"pick": pick, "wall_s": default["wall_s"], "trial_s": default["trial_s"], "trials": default["trials"],
+            "as_searched": again == default["pick"], "differs": not same,
+            "how": "re-ranked by its runs alone: " + ("the blend's pick too" if same
+                                                      else "another pick than the blend's")}
+
+
+def paired_rerank(arm_rows: list[dict], times: dict[tuple, list[float]], reps: int = 4000,
+                  seed: int = 0) -> dict | None:
+    """Per seed, the re-ranked pick's median time to the target over the default pick's (1 where
+    they are the same config; inf over inf counts as 1), the median over seeds and its 95 %
+    bootstrap interval (seeds resampled, then each config's runs); misses: picks without a median
+    time (none, or never reached). None without both arms."""
+    tb = {r["seed"]: r["pick"] for r in arm_rows if r["arm"] == "tune_batch"}
+    rr = {r["seed"]: r["pick"] for r in arm_rows if r["arm"] == "tune_batch_rerank"}
+    seeds = sorted(set(tb) & set(rr))
+    if not seeds:
+        return None
+    rng = random.Random(seed)
+
+    def med(pick: dict | None, draw: bool) -> float:
+        if pick is None:
+            return math.inf
+        ts = times[key(pick)]
+        return median(rng.choices(ts, k=len(ts)) if draw else ts)
+
+    def one(s: int, draw: bool) -> float:
+        if tb[s] == rr[s]:
+            return 1.0
+        a, b = med(rr[s], draw), med(tb[s], draw)
+        return 1.0 if math.isinf(a) and math.isinf(b) else a / b if b > 0 else math.inf
+
+    point = median([one(s, False) for s in seeds])
+    got = sorted(median([one(s, True) for s in rng.choices(seeds, k=len(seeds))]) for _ in range(reps))
+    lo, hi = got[int(0.025 * reps)], got[int(0.975 * reps) - 1]
+    miss = lambda picks: sum(not math.isfinite(med(picks[s], False)) for s in seeds)  # noqa: E731
+    return {"ratio": point, "lo": lo, "hi": hi, "searches": len(seeds), "differ": sum(tb[s] != rr[s] for s in seeds),
+            "misses_rerank": miss(rr), "misses_default": miss(tb),
+            "verdict": ("runs" if hi < 1.0 and miss(rr) <= miss(tb) else "blend")}
+
+
 def _asha_trainable(config: dict) -> None:
     """One ASHA trial: the workload's model, data and optimizer (tune_batch's builders and step)
     at the sampled batch size and learning rate, validated on the target metric after each
@@ -456,13 +522,14 @@ def baseline_arm(name: str) -> dict:
 
 
 def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: float | None = None,
-         horizon: float | None = None, rank_runs: bool = False) -> list[dict]:
+         horizon: float | None = None, rank_runs: bool = False, rerank: bool = False) -> list[dict]:
     """Every arm's picks (stored in ``out``/<name>_arms.jsonl; arms already there are kept);
     ``goal``: also tune_batch told the run's length (the ``tune_batch_goal`` arm); ``target``: also
     told the length and this target, its runs ending there (``tune_batch_goal_target``); ``horizon``:
     also tune_batch with ``confirm.horizon_beta`` = it, each seed's right after the default's
     (``tune_batch_horizon``); ``rank_runs``: also tune_batch with ``confirm.rank_by: runs``, each seed's
-    right after the default's (``tune_batch_rank_runs``)."""
+    right after the default's (``tune_batch_rank_runs``); ``rerank``: also each default search
+    re-decided with ``confirm.rank_by: runs`` (``tune_batch_rerank``: no new search)."""
     import shutil
     from functools import partial
 
@@ -481,6 +548,8 @@ def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: flo
     for seed in seeds:
         random_out = out / f"{name}-random-{seed}"  # (not kept: tune_batch's own searches are)
         once("tune_batch", seed, partial(search_arm, name, seed, None, out / f"{name}-search-{seed}"))
+        if rerank:
+            once("tune_batch_rerank", seed, partial(rerank_arm, name, seed, out))
         if horizon is not None:
             once("tune_batch_horizon", seed, partial(search_arm, name, seed, None, out / f"{name}-horizon-{seed}",
                                                      horizon=horizon))
@@ -640,7 +709,7 @@ def figures(name: str, stick: dict, arm_rows: list[dict], side_rows: list[dict])
             "payback_runs": payback, "beats": beats, "told": told,
             "goal_regrets": told.get("tune_batch_goal", {}).get("regrets", []),
             "tune_batch_median_s": median([median(g) for g in groups("tune_batch")]),
-            "configs": {label(k): v for k, v in times.items()}}
+            "rerank": paired_rerank(arm_rows, times), "configs": {label(k): v for k, v in times.items()}}
 
 
 def fmt(xs: list[float]) -> str:
@@ -674,6 +743,15 @@ def report(name: str, stick: dict, f: dict, arm_rows: list[dict]) -> None:
         verdict = "won" if b["won"] else "lost" if b["lost"] else "within noise"
         print(f"  tune_batch vs {arm}: median time to target {f['tune_batch_median_s']:.2f} s vs "
               f"{b['arm_median_s']:.2f} s, ratio {b['ratio']:.2f} [{b['lo']:.2f}, {b['hi']:.2f}]: {verdict}")
+    pr = f.get("rerank")
+    if pr is not None:
+        verdict = ("confirm.rank_by: runs becomes the default" if pr["verdict"] == "runs"
+                   else "the blend stays the default")
+        print(f"re-ranked by the runs alone (confirm.rank_by: runs) against the blend, the same {pr['searches']} "
+              f"searches paired: another pick in {pr['differ']}; median ratio of times to the target "
+              f"{pr['ratio']:.3f} [{pr['lo']:.3f}, {pr['hi']:.3f}]; picks missing the target: "
+              f"{pr['misses_rerank']} re-ranked, {pr['misses_default']} default; by the criterion fixed before "
+              f"it was measured (benchmarks/heldout/README.md): {verdict}")
     for told_arm, t in f["told"].items():
         what = GOAL_ARMS[told_arm]
         print(f"tune_batch told {what}: regret per search {fmt(t['regrets'])} (median {median(t['regrets']):.2f}, "
@@ -704,6 +782,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rank-runs", action="store_true",
                     help="add an arm: tune_batch with confirm.rank_by = runs, each seed's search right after the "
                          "default's (rank_runs_regret_* and rank_runs_beats_default in the RESULT line)")
+    ap.add_argument("--rerank", action="store_true",
+                    help="add an arm without a search: each default search re-decided with confirm.rank_by: runs, "
+                         "read paired (rerank_* in the RESULT line)")
     ap.add_argument("--phase", choices=["grid", "arms", "side", "all"], default="all",
                     help="stop after this phase (each is stored and resumed)")
     args = ap.parse_args(argv)
@@ -724,7 +805,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.phase == "grid":
             continue
         arm_rows = arms(name, args.seeds, args.out, args.goal, stick["target"] if args.goal_target else None,
-                        args.horizon, args.rank_runs)
+                        args.horizon, args.rank_runs, args.rerank)
         if args.phase == "arms":
             continue
         g = stick["grid_best"]
@@ -756,13 +837,18 @@ def main(argv: list[str] | None = None) -> None:
         regrets, fracs = [x for t in gt for x in t["regrets"]], [x for t in gt for x in t["compute_frac_target_grid"]]
         extra += (f" goal_target_regret_median={median(regrets):.3f} goal_target_regret_worst={max(regrets):.3f}"
                   f" goal_target_compute_frac_target_grid_worst={max(fracs):.3f}")
-    for arm, key_ in (("tune_batch_horizon", "horizon"), ("tune_batch_rank_runs", "rank_runs")):
+    for arm, key_ in (("tune_batch_horizon", "horizon"), ("tune_batch_rank_runs", "rank_runs"),
+                      ("tune_batch_rerank", "rerank")):
         told = [f["told"][arm] for f in held if arm in f["told"]]
         if told:
             regrets = [x for t in told for x in t["regrets"]]
             vs = [t["beats"]["tune_batch"] for t in told if "tune_batch" in t["beats"]]
             extra += (f" {key_}_regret_median={median(regrets):.3f} {key_}_regret_worst={max(regrets):.3f}"
                       f" {key_}_beats_default={sum(b['won'] for b in vs)}/{sum(b['lost'] for b in vs)}")
+    paired = [f["rerank"] for f in held if f.get("rerank")]
+    for pr in paired:  # one workload's paired reading (the judgement is per workload)
+        extra += (f" rerank_over_default={pr['ratio']:.3f} rerank_lo={pr['lo']:.3f} rerank_hi={pr['hi']:.3f}"
+                  f" rerank_differ={pr['differ']}/{pr['searches']} rerank_verdict={pr['verdict']}")
     print("RESULT " + line(held, "heldout") + extra)
 
 

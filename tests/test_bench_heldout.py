@@ -122,3 +122,65 @@ def test_the_horizon_and_rank_runs_arms_follow_each_default_search(bench, tmp_pa
     assert [c for c in calls if c[0] == "search"] == [("search", 0, None, None), ("search", 0, None, None, "runs"),
                                                       ("search", 0, "random", None)]
     assert "tune_batch_rank_runs" in bench.GOAL_ARMS
+    # --rerank: no search; each default search re-decided right after it
+    calls.clear()
+    monkeypatch.setattr(bench, "rerank_arm", fake("rerank"))
+    rows = bench.arms("fields_radam", [0, 1], tmp_path / "rr", rerank=True)
+    assert [(r["arm"], r["seed"]) for r in rows][:4] == [("tune_batch", 0), ("tune_batch_rerank", 0),
+                                                        ("random_equal", 0), ("asha", 0)]
+    assert [c for c in calls if c[0] in ("search", "rerank")] == [
+        ("search", 0, None, None), ("rerank", 0), ("search", 0, "random", None),
+        ("search", 1, None, None), ("rerank", 1), ("search", 1, "random", None)]
+
+
+def test_rerank_re_decides_a_stored_default_search_with_the_runs_alone(bench, tmp_path) -> None:
+    """--rerank: no new search. The stored attn_majority search of seed 1, re-decided as it ran,
+    gives its own pick (16 / 0.0025, the blend's); with confirm.rank_by: runs, 128 / 0.0091, whose
+    runs were quicker. Its wall time is the search's own. Seed 0's two rankings agree."""
+    import json
+    import tarfile
+
+    from tests.conftest import REPO
+
+    heldout = REPO / "benchmarks" / "heldout"
+    with tarfile.open(heldout / "attn_majority_searches.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    stored = [json.loads(x) for x in (heldout / "attn_majority_arms.jsonl").read_text().splitlines() if x.strip()]
+    (tmp_path / "attn_majority_arms.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in stored if r["arm"] == "tune_batch"))
+    one = bench.rerank_arm("attn_majority", 1, tmp_path)
+    default = next(r for r in stored if r["arm"] == "tune_batch" and r["seed"] == 1)
+    assert one["as_searched"] and one["differs"] and default["pick"]["batch_size"] == 16
+    assert one["pick"]["batch_size"] == 128 and one["pick"]["lr"] == pytest.approx(0.0091, rel=0.01)
+    assert one["wall_s"] == default["wall_s"] and "another pick" in one["how"]
+    zero = bench.rerank_arm("attn_majority", 0, tmp_path)
+    assert zero["as_searched"] and not zero["differs"]
+
+
+def test_the_paired_rerank_reading_counts_a_shared_pick_as_one_and_a_miss_against_it(bench) -> None:
+    a, b, c = {"batch_size": 16, "lr": 0.01}, {"batch_size": 128, "lr": 0.01}, {"batch_size": 64, "lr": 0.1}
+    times = {bench.key(a): [4.0, 4.2, 3.8], bench.key(b): [2.0, 2.1, 1.9], bench.key(c): [math.inf] * 3}
+
+    def rows(pairs):
+        out = []
+        for s, (tb, rr) in enumerate(pairs):
+            out += [{"arm": "tune_batch", "seed": s, "pick": tb}, {"arm": "tune_batch_rerank", "seed": s, "pick": rr}]
+        return out
+
+    # five of six re-ranked to the config twice as quick: the median is 0.5 and beyond noise
+    quick = bench.paired_rerank(rows([(a, b)] * 5 + [(a, a)]), times, reps=400)
+    assert quick["ratio"] == pytest.approx(0.5, rel=0.06) and quick["hi"] < 1.0
+    assert quick["differ"] == 5 and quick["searches"] == 6 and quick["verdict"] == "runs"
+    # four of six: a resample holds four same picks often enough that the interval reaches 1
+    four = bench.paired_rerank(rows([(a, b)] * 4 + [(a, a)] * 2), times, reps=400)
+    assert four["ratio"] == pytest.approx(0.5, rel=0.06) and four["hi"] == 1.0 and four["verdict"] == "blend"
+    # the same pick everywhere: exactly 1, no interval around it
+    same = bench.paired_rerank(rows([(a, a)] * 6), times, reps=400)
+    assert (same["ratio"], same["lo"], same["hi"], same["verdict"]) == (1.0, 1.0, 1.0, "blend")
+    # quicker where they differ, but one re-ranked pick never reaches the target: a miss more, the blend stays
+    missed = bench.paired_rerank(rows([(a, b)] * 4 + [(a, c)] + [(a, a)]), times, reps=400)
+    assert missed["misses_rerank"] == 1 and missed["misses_default"] == 0 and missed["verdict"] == "blend"
+    # two differ out of six: the median is 1, inside the noise
+    few = bench.paired_rerank(rows([(a, b)] * 2 + [(a, a)] * 4), times, reps=400)
+    assert few["ratio"] == 1.0 and few["hi"] >= 1.0 and few["verdict"] == "blend"
+    assert bench.paired_rerank([{"arm": "tune_batch", "seed": 0, "pick": a}], times) is None
