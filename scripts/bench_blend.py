@@ -40,9 +40,7 @@ blend_quicker=... verdict=...
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import random
 import statistics
 import sys
 import tarfile
@@ -53,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_heldout as bh  # noqa: E402
+from bench_heldout import median_ratio, ratio  # noqa: E402,F401  (read here and by the tests)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TGZ = sorted((REPO / "benchmarks" / "heldout").glob("*_searches.tgz"))
@@ -66,14 +65,9 @@ def workload_of(run: str) -> str | None:
 
 def picks(run: Path) -> dict | None:
     """One stored search re-read: (the blend's pick, the runs' pick) among its contenders."""
-    from tune_batch.config import load_config
     from tune_batch.decide.recommend import _decide
-    from tune_batch.store.records import TrialResult
 
-    cfg = load_config(run / "config.yaml")
-    recs = [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines()
-            if x.strip()]
-    conf = _decide(cfg, recs, None, None).confirmation
+    conf = _decide(*bh.stored_search(run), None, None).confirmation
     if conf is None or conf.at_length or len(conf.contenders()) < 2:
         return None
     # the product's own ranking both ways: as the search ran (the blend), and with confirm.rank_by runs
@@ -146,27 +140,6 @@ def side(rows: list[dict], runs: int, out: Path) -> dict[tuple, list[float]]:
             times.setdefault((r["workload"], *bh.key(r["params"])), []).append(
                 bh.ttt(r["curve"], stick["target"], stick["direction"]))
     return times
-
-
-def ratio(x: float, y: float) -> float:
-    if math.isinf(x) and math.isinf(y):
-        return 1.0
-    return x / y if y > 0 else math.inf
-
-
-def median_ratio(pairs: list[tuple[list[float], list[float]]], reps: int = 4000,
-                 seed: int = 0) -> tuple[float, float, float]:
-    """The median over searches of median(runs pick) / median(blend pick), and its 95 % bootstrap
-    interval (searches resampled, then each config's runs). Never-reached runs order as slowest."""
-    rng = random.Random(seed)
-    point = statistics.median(ratio(statistics.median(a), statistics.median(b)) for a, b in pairs)
-    got = []
-    for _ in range(reps):
-        got.append(statistics.median(
-            ratio(statistics.median(rng.choices(a, k=len(a))), statistics.median(rng.choices(b, k=len(b))))
-            for a, b in rng.choices(pairs, k=len(pairs))))
-    got.sort()
-    return point, got[int(0.025 * reps)], got[int(0.975 * reps) - 1]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -313,19 +313,30 @@ def search_arm(name: str, seed: int, sampler: str | None, out: Path, goal: bool 
             "trials": len(records), "how": res.report.method if rec is not None else "no recommendation"}
 
 
-def redecide(run: Path, sets: list[str]) -> dict | None:
-    """The recommendation of the stored search in ``run`` decided again by today's code from its
-    config with ``sets`` applied (``confirm.rank_by=runs``: what the same search with that setting
-    recommends from the same trials and confirmation runs), as a pick (None: none)."""
+def stored_search(run: Path, sets: list[str] | tuple[str, ...] = ()):
+    """(its config with ``sets`` applied, its trial records) of the stored search in ``run``."""
     from tune_batch.config import load_config
-    from tune_batch.decide.recommend import decide
     from tune_batch.store.records import TrialResult
 
-    cfg = load_config(run / "config.yaml", sets)
     recs = [TrialResult.from_record(json.loads(x)) for x in (run / "trials.jsonl").read_text().splitlines()
             if x.strip()]
-    rec = decide(cfg, recs).recommended
-    return {"batch_size": rec.params.batch_size, "lr": rec.params.lr} if rec is not None else None
+    return load_config(run / "config.yaml", list(sets)), recs
+
+
+def redecide(run: Path, *settings: list[str]) -> list[dict | None]:
+    """The recommendation of the stored search in ``run`` decided again by today's code, once per
+    list of ``settings`` applied to its config (``[]``: as it ran; ``["confirm.rank_by=runs"]``: what
+    the same search with that setting recommends from the same trials and confirmation runs), each
+    as a pick (None: none). The records are read once."""
+    from tune_batch.config import load_config
+    from tune_batch.decide.recommend import decide
+
+    _, recs = stored_search(run)
+    picks = []
+    for sets in settings:
+        rec = decide(load_config(run / "config.yaml", sets), recs).recommended
+        picks.append({"batch_size": rec.params.batch_size, "lr": rec.params.lr} if rec is not None else None)
+    return picks
 
 
 def rerank_arm(name: str, seed: int, out: Path) -> dict:
@@ -334,7 +345,7 @@ def rerank_arm(name: str, seed: int, out: Path) -> dict:
     says whether re-deciding it as it ran gives the pick it gave (the replay reproduces it)."""
     run = out / f"{name}-search-{seed}"
     default = next(r for r in jsonl(out / f"{name}_arms.jsonl") if r["arm"] == "tune_batch" and r["seed"] == seed)
-    pick, again = redecide(run, ["confirm.rank_by=runs"]), redecide(run, [])
+    pick, again = redecide(run, ["confirm.rank_by=runs"], [])
     same = pick == default["pick"]
     return {"pick": pick, "wall_s": default["wall_s"], "trial_s": default["trial_s"], "trials": default["trials"],
             "as_searched": again == default["pick"], "differs": not same,
@@ -342,35 +353,50 @@ def rerank_arm(name: str, seed: int, out: Path) -> dict:
                                                       else "another pick than the blend's")}
 
 
+def ratio(x: float, y: float) -> float:
+    """x / y for times to a target, a never-reached time (inf) the slowest: inf / inf counts as 1."""
+    if math.isinf(x) and math.isinf(y):
+        return 1.0
+    return x / y if y > 0 else math.inf
+
+
+def median_ratio(pairs: list[tuple[list[float], list[float]]], reps: int = 4000,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """The median over pairs (one per search) of median(a) / median(b), and its 95 % bootstrap
+    interval (pairs resampled, then each config's runs). A pair whose two sides are the same runs
+    (one config: ``a is b``) is exactly 1, never resampled apart."""
+    rng = random.Random(seed)
+
+    def one(a: list[float], b: list[float], draw: bool) -> float:
+        if a is b:
+            return 1.0
+        if not draw:
+            return ratio(statistics.median(a), statistics.median(b))
+        return ratio(statistics.median(rng.choices(a, k=len(a))), statistics.median(rng.choices(b, k=len(b))))
+
+    point = statistics.median(one(a, b, False) for a, b in pairs)
+    got = sorted(statistics.median(one(a, b, True) for a, b in rng.choices(pairs, k=len(pairs))) for _ in range(reps))
+    return point, got[int(0.025 * reps)], got[int(0.975 * reps) - 1]
+
+
 def paired_rerank(arm_rows: list[dict], times: dict[tuple, list[float]], reps: int = 4000,
                   seed: int = 0) -> dict | None:
     """Per seed, the re-ranked pick's median time to the target over the default pick's (1 where
     they are the same config; inf over inf counts as 1), the median over seeds and its 95 %
-    bootstrap interval (seeds resampled, then each config's runs); misses: picks without a median
-    time (none, or never reached). None without both arms."""
+    bootstrap interval (``median_ratio``); misses: picks without a median time (none, or never
+    reached). None without both arms."""
     tb = {r["seed"]: r["pick"] for r in arm_rows if r["arm"] == "tune_batch"}
     rr = {r["seed"]: r["pick"] for r in arm_rows if r["arm"] == "tune_batch_rerank"}
     seeds = sorted(set(tb) & set(rr))
     if not seeds:
         return None
-    rng = random.Random(seed)
+    never = [math.inf]
 
-    def med(pick: dict | None, draw: bool) -> float:
-        if pick is None:
-            return math.inf
-        ts = times[key(pick)]
-        return median(rng.choices(ts, k=len(ts)) if draw else ts)
+    def runs(pick: dict | None) -> list[float]:
+        return never if pick is None else times[key(pick)]  # the same list for the same config
 
-    def one(s: int, draw: bool) -> float:
-        if tb[s] == rr[s]:
-            return 1.0
-        a, b = med(rr[s], draw), med(tb[s], draw)
-        return 1.0 if math.isinf(a) and math.isinf(b) else a / b if b > 0 else math.inf
-
-    point = median([one(s, False) for s in seeds])
-    got = sorted(median([one(s, True) for s in rng.choices(seeds, k=len(seeds))]) for _ in range(reps))
-    lo, hi = got[int(0.025 * reps)], got[int(0.975 * reps) - 1]
-    miss = lambda picks: sum(not math.isfinite(med(picks[s], False)) for s in seeds)  # noqa: E731
+    point, lo, hi = median_ratio([(runs(rr[s]), runs(tb[s])) for s in seeds], reps, seed)
+    miss = lambda picks: sum(not math.isfinite(median(runs(picks[s]))) for s in seeds)  # noqa: E731
     return {"ratio": point, "lo": lo, "hi": hi, "searches": len(seeds), "differ": sum(tb[s] != rr[s] for s in seeds),
             "misses_rerank": miss(rr), "misses_default": miss(tb),
             "verdict": ("runs" if hi < 1.0 and miss(rr) <= miss(tb) else "blend")}
@@ -652,11 +678,6 @@ def ratio_interval(a: list[list[float]], b: list[list[float]], reps: int = 4000,
     def mom(groups: list[list[float]], pick: bool) -> float:
         gs = rng.choices(groups, k=len(groups)) if pick else groups
         return statistics.median(statistics.median(rng.choices(g, k=len(g)) if pick else g) for g in gs)
-
-    def ratio(x: float, y: float) -> float:
-        if math.isinf(x) and math.isinf(y):
-            return 1.0
-        return x / y if y > 0 else math.inf
 
     point = ratio(mom(a, False), mom(b, False))
     got = sorted(ratio(mom(a, True), mom(b, True)) for _ in range(reps))
