@@ -65,6 +65,9 @@ workloads=... [goal_regret_median=... goal_regret_worst=...] [goal_target_regret
 [rank_runs_regret_median=... rank_runs_regret_worst=... rank_runs_beats_default=won/lost]
 [rerank_regret_median=... rerank_regret_worst=... rerank_beats_default=... rerank_over_default=... rerank_lo=...
  rerank_hi=... rerank_differ=k/n rerank_verdict=runs|blend]
+[horizon_runs_regret_median=... horizon_runs_regret_worst=... horizon_runs_beats_default=...
+ horizon_runs_over_default=... horizon_runs_lo=... horizon_runs_hi=... horizon_runs_differ=k/n
+ horizon_runs_verdict=on|off]  (--horizon with --rerank: each horizon search re-decided by its runs alone)
 """
 
 from __future__ import annotations
@@ -122,6 +125,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     # a thirteenth, categorical fields in one embedding table with RAdam (committed 2026-12-07 before it was
     # measured; it judges confirm.rank_by: runs by re-ranking its default searches, --rerank)
     "fields_radam": {"config": HELDOUT / "fields_radam.yaml", "length": 65536, "held_out": True},
+    # a fourteenth, Deep Sets with Adamax (committed 2026-12-07 before it was measured; it judges the horizon
+    # candidate ranked by the runs alone, --horizon 0.4 --rerank)
+    "sets_adamax": {"config": HELDOUT / "sets_adamax.yaml", "length": 65536, "held_out": True},
     "quickstart": {"config": REPO / "configs" / "quickstart.yaml", "length": 65536, "held_out": False},
     "synthetic": {"config": REPO / "benchmarks" / "synthetic_grid.yaml", "length": 65536, "held_out": False,
                   "baseline": {"batch_size": 32, "lr": 0.01, "num_gpus": 1}},
@@ -136,7 +142,8 @@ GOAL_ARMS = {"tune_batch_goal": "the run's length (goal.train_samples)",
              "tune_batch_goal_target": "the run's length and the target (goal.target; runs end there)",
              "tune_batch_horizon": "to confirm its first candidate at a lower rate too (confirm.horizon_beta)",
              "tune_batch_rank_runs": "to rank its confirmed candidates by their runs alone (confirm.rank_by: runs)",
-             "tune_batch_rerank": "nothing new: its own default search re-decided with confirm.rank_by: runs"}
+             "tune_batch_rerank": "nothing new: its own default search re-decided with confirm.rank_by: runs",
+             "tune_batch_horizon_runs": "nothing new: its horizon search re-decided with confirm.rank_by: runs"}
 ADAPTIVE = {"adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "radam"}
 
 
@@ -339,17 +346,19 @@ def redecide(run: Path, *settings: list[str]) -> list[dict | None]:
     return picks
 
 
-def rerank_arm(name: str, seed: int, out: Path) -> dict:
-    """tune_batch's default search of ``seed`` (kept in ``out``) re-decided with ``confirm.rank_by:
-    runs``: no new search, so its wall time and trial-seconds are that search's. ``as_searched``
-    says whether re-deciding it as it ran gives the pick it gave (the replay reproduces it)."""
-    run = out / f"{name}-search-{seed}"
-    default = next(r for r in jsonl(out / f"{name}_arms.jsonl") if r["arm"] == "tune_batch" and r["seed"] == seed)
+def rerank_arm(name: str, seed: int, out: Path, arm: str = "tune_batch", folder: str = "search") -> dict:
+    """The search of ``arm`` and ``seed`` (kept in ``out``/<name>-<folder>-<seed>: tune_batch's default
+    search, or ``tune_batch_horizon``'s in ``horizon``) re-decided with ``confirm.rank_by: runs``: no new
+    search, so its wall time and trial-seconds are that search's. ``as_searched`` says whether
+    re-deciding it as it ran gives the pick it gave (the replay reproduces it)."""
+    run = out / f"{name}-{folder}-{seed}"
+    default = next(r for r in jsonl(out / f"{name}_arms.jsonl") if r["arm"] == arm and r["seed"] == seed)
     pick, again = redecide(run, ["confirm.rank_by=runs"], [])
     same = pick == default["pick"]
     return {"pick": pick, "wall_s": default["wall_s"], "trial_s": default["trial_s"], "trials": default["trials"],
             "as_searched": again == default["pick"], "differs": not same,
-            "how": "re-ranked by its runs alone: " + ("the blend's pick too" if same
+            "how": ("" if arm == "tune_batch" else f"{arm}'s search ") + "re-ranked by its runs alone: "
+                   + ("the blend's pick too" if same
                                                       else "another pick than the blend's")}
 
 
@@ -380,13 +389,14 @@ def median_ratio(pairs: list[tuple[list[float], list[float]]], reps: int = 4000,
 
 
 def paired_rerank(arm_rows: list[dict], times: dict[tuple, list[float]], reps: int = 4000,
-                  seed: int = 0) -> dict | None:
-    """Per seed, the re-ranked pick's median time to the target over the default pick's (1 where
-    they are the same config; inf over inf counts as 1), the median over seeds and its 95 %
-    bootstrap interval (``median_ratio``); misses: picks without a median time (none, or never
-    reached). None without both arms."""
+                  seed: int = 0, arm: str = "tune_batch_rerank") -> dict | None:
+    """Per seed, ``arm``'s pick's median time to the target over the default pick's (1 where they
+    are the same config; inf over inf counts as 1), the median over seeds and its 95 % bootstrap
+    interval (``median_ratio``); misses: picks without a median time (none, or never reached).
+    ``verdict``: "runs" (the arm's setting wins: the interval below 1 and no more misses) or "blend"
+    (the default stays). None without both arms."""
     tb = {r["seed"]: r["pick"] for r in arm_rows if r["arm"] == "tune_batch"}
-    rr = {r["seed"]: r["pick"] for r in arm_rows if r["arm"] == "tune_batch_rerank"}
+    rr = {r["seed"]: r["pick"] for r in arm_rows if r["arm"] == arm}
     seeds = sorted(set(tb) & set(rr))
     if not seeds:
         return None
@@ -555,7 +565,8 @@ def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: flo
     also tune_batch with ``confirm.horizon_beta`` = it, each seed's right after the default's
     (``tune_batch_horizon``); ``rank_runs``: also tune_batch with ``confirm.rank_by: runs``, each seed's
     right after the default's (``tune_batch_rank_runs``); ``rerank``: also each default search
-    re-decided with ``confirm.rank_by: runs`` (``tune_batch_rerank``: no new search)."""
+    re-decided with ``confirm.rank_by: runs`` (``tune_batch_rerank``: no new search), and with ``horizon``
+    each horizon search too (``tune_batch_horizon_runs``: the horizon candidate with the runs alone)."""
     import shutil
     from functools import partial
 
@@ -579,6 +590,9 @@ def arms(name: str, seeds: list[int], out: Path, goal: bool = False, target: flo
         if horizon is not None:
             once("tune_batch_horizon", seed, partial(search_arm, name, seed, None, out / f"{name}-horizon-{seed}",
                                                      horizon=horizon))
+            if rerank:
+                once("tune_batch_horizon_runs", seed, partial(rerank_arm, name, seed, out, "tune_batch_horizon",
+                                                              "horizon"))
         if rank_runs:
             once("tune_batch_rank_runs", seed, partial(search_arm, name, seed, None, out / f"{name}-rankruns-{seed}",
                                                        rank_runs=True))
@@ -730,7 +744,9 @@ def figures(name: str, stick: dict, arm_rows: list[dict], side_rows: list[dict])
             "payback_runs": payback, "beats": beats, "told": told,
             "goal_regrets": told.get("tune_batch_goal", {}).get("regrets", []),
             "tune_batch_median_s": median([median(g) for g in groups("tune_batch")]),
-            "rerank": paired_rerank(arm_rows, times), "configs": {label(k): v for k, v in times.items()}}
+            "rerank": paired_rerank(arm_rows, times),
+            "horizon_runs": paired_rerank(arm_rows, times, arm="tune_batch_horizon_runs"),
+            "configs": {label(k): v for k, v in times.items()}}
 
 
 def fmt(xs: list[float]) -> str:
@@ -773,6 +789,15 @@ def report(name: str, stick: dict, f: dict, arm_rows: list[dict]) -> None:
               f"{pr['ratio']:.3f} [{pr['lo']:.3f}, {pr['hi']:.3f}]; picks missing the target: "
               f"{pr['misses_rerank']} re-ranked, {pr['misses_default']} default; by the criterion fixed before "
               f"it was measured (benchmarks/heldout/README.md): {verdict}")
+    hr = f.get("horizon_runs")
+    if hr is not None:
+        verdict = ("confirm.horizon_beta 0.4 with confirm.rank_by: runs becomes the default for adaptive optimizers"
+                   if hr["verdict"] == "runs" else "the default stays as it is")
+        print(f"the horizon candidate ranked by the runs alone against the default, the same {hr['searches']} seeds "
+              f"paired: another pick in {hr['differ']}; median ratio of times to the target {hr['ratio']:.3f} "
+              f"[{hr['lo']:.3f}, {hr['hi']:.3f}]; picks missing the target: {hr['misses_rerank']} with it, "
+              f"{hr['misses_default']} default; by the criterion fixed before it was measured "
+              f"(benchmarks/heldout/README.md): {verdict}")
     for told_arm, t in f["told"].items():
         what = GOAL_ARMS[told_arm]
         print(f"tune_batch told {what}: regret per search {fmt(t['regrets'])} (median {median(t['regrets']):.2f}, "
@@ -859,7 +884,7 @@ def main(argv: list[str] | None = None) -> None:
         extra += (f" goal_target_regret_median={median(regrets):.3f} goal_target_regret_worst={max(regrets):.3f}"
                   f" goal_target_compute_frac_target_grid_worst={max(fracs):.3f}")
     for arm, key_ in (("tune_batch_horizon", "horizon"), ("tune_batch_rank_runs", "rank_runs"),
-                      ("tune_batch_rerank", "rerank")):
+                      ("tune_batch_rerank", "rerank"), ("tune_batch_horizon_runs", "horizon_runs")):
         told = [f["told"][arm] for f in held if arm in f["told"]]
         if told:
             regrets = [x for t in told for x in t["regrets"]]
@@ -870,6 +895,10 @@ def main(argv: list[str] | None = None) -> None:
     for pr in paired:  # one workload's paired reading (the judgement is per workload)
         extra += (f" rerank_over_default={pr['ratio']:.3f} rerank_lo={pr['lo']:.3f} rerank_hi={pr['hi']:.3f}"
                   f" rerank_differ={pr['differ']}/{pr['searches']} rerank_verdict={pr['verdict']}")
+    for hr in [f["horizon_runs"] for f in held if f.get("horizon_runs")]:
+        extra += (f" horizon_runs_over_default={hr['ratio']:.3f} horizon_runs_lo={hr['lo']:.3f}"
+                  f" horizon_runs_hi={hr['hi']:.3f} horizon_runs_differ={hr['differ']}/{hr['searches']}"
+                  f" horizon_runs_verdict={'on' if hr['verdict'] == 'runs' else 'off'}")
     print("RESULT " + line(held, "heldout") + extra)
 
 

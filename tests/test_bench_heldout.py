@@ -131,6 +131,17 @@ def test_the_horizon_and_rank_runs_arms_follow_each_default_search(bench, tmp_pa
     assert [c for c in calls if c[0] in ("search", "rerank")] == [
         ("search", 0, None, None), ("rerank", 0), ("search", 0, "random", None),
         ("search", 1, None, None), ("rerank", 1), ("search", 1, "random", None)]
+    # --horizon with --rerank: each horizon search re-decided by its runs alone, right after it
+    calls.clear()
+    seen = []
+    monkeypatch.setattr(bench, "rerank_arm", lambda name, seed, out, arm="tune_batch", folder="search": (
+        seen.append((seed, arm, folder)) or {"pick": {"batch_size": 64, "lr": 0.001}, "wall_s": 1.0, "how": "r"}))
+    rows = bench.arms("sets_adamax", [0], tmp_path / "hr", horizon=0.4, rerank=True)
+    assert [(r["arm"], r["seed"]) for r in rows][:5] == [("tune_batch", 0), ("tune_batch_rerank", 0),
+                                                        ("tune_batch_horizon", 0), ("tune_batch_horizon_runs", 0),
+                                                        ("random_equal", 0)]
+    assert seen == [(0, "tune_batch", "search"), (0, "tune_batch_horizon", "horizon")]
+    assert "tune_batch_horizon_runs" in bench.GOAL_ARMS
 
 
 def test_rerank_re_decides_a_stored_default_search_with_the_runs_alone(bench, tmp_path) -> None:
@@ -184,3 +195,8 @@ def test_the_paired_rerank_reading_counts_a_shared_pick_as_one_and_a_miss_agains
     few = bench.paired_rerank(rows([(a, b)] * 2 + [(a, a)] * 4), times, reps=400)
     assert few["ratio"] == 1.0 and few["hi"] >= 1.0 and few["verdict"] == "blend"
     assert bench.paired_rerank([{"arm": "tune_batch", "seed": 0, "pick": a}], times) is None
+    # the same reading for another arm against the default (the horizon searches re-decided by their runs)
+    other = [{**r, "arm": "tune_batch_horizon_runs"} if r["arm"] == "tune_batch_rerank" else r
+             for r in rows([(a, b)] * 5 + [(a, a)])]
+    assert bench.paired_rerank(other, times, reps=400) is None
+    assert bench.paired_rerank(other, times, reps=400, arm="tune_batch_horizon_runs") == quick

@@ -347,6 +347,34 @@ def test_categorical_fields_are_seeded_and_need_the_pairs():
     assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "fields_radam.yaml"))
 
 
+def test_sets_are_seeded_need_the_quadratic_term_and_their_model_ignores_order():
+    """The sets workload (sets_adamax): tokens below the vocabulary, seeded labels from a linear plus
+    quadratic score of the set's summed hidden vectors, and a Deep Sets model whose output does not
+    change when a set's elements are reordered."""
+    from tests.conftest import REPO
+    from tune_batch.config import load_config
+    from tune_batch.pipeline.search import preflight
+    from tune_batch.workload.sets import data, model
+
+    kw = {"rows": 2048, "val_rows": 256, "size": 8, "vocab": 16, "classes": 3, "seed": 2}
+    train, val = data(**kw)
+    x, y = train.tensors
+    assert x.shape == (2048, 8) and len(val) == 256 and set(y.tolist()) == {0, 1, 2}
+    assert int(x.min()) >= 0 and int(x.max()) < 16
+    assert torch.equal(data(**kw)[0].tensors[1], y)  # seeded
+    assert not torch.equal(data(**{**kw, "seed": 3})[0].tensors[0], x)
+    # without noise the quadratic term decides labels the linear one alone does not
+    clean = data(**{**kw, "noise": 0.0})[0].tensors[1]
+    linear = data(**{**kw, "noise": 0.0, "quadratic": 0.0})[0].tensors[1]
+    assert float((clean == linear).float().mean()) < 0.9
+    net = model(num_classes=3, vocab=16, embed=4, hidden=8)
+    out = net(x[:5])
+    assert out.shape == (5, 3) and torch.allclose(net(x[:5, torch.randperm(8)]), out, atol=1e-5)
+    with pytest.raises(ValueError, match="must be at least 2"):
+        data(size=1)
+    assert "parameters) on " in preflight(load_config(REPO / "benchmarks" / "heldout" / "sets_adamax.yaml"))
+
+
 def test_the_waveform_workload_draws_each_shape_with_its_own_frequency_phase_and_amplitude() -> None:
     """waves_conv1d's data and model: one-channel waveforms labelled by their shape, seeded, the
     noiseless shapes distinct (a square wave takes two values, a sawtooth rises between its
