@@ -123,17 +123,46 @@ def test_the_default_target_is_near_where_the_best_candidate_levels_off() -> Non
     assert "0.99 x the best candidate's level" in conf.target_how
     assert report.recommended.trial_id == 0 and conf.candidates[0].time_to_target_s == 4.0
     assert conf.candidates[1].time_to_target_s is None
-    # a level is the run's last quarter: 8 validations, the mean of the last 2; two runs, their median
+    # a level is the run's last quarter: 8 validations, the mean of the last 2; three runs, their median
+    # (two of them reach 0.99 of it; where most do not, the next test)
     assert level(_curve([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 0.9])) == pytest.approx(0.85)
-    two = [_rec(f"0c{s}", 1000, 0.9, b=64, confirm_of=0, seed=s, curve=_curve([0.3, 0.6, 0.8, v]))
-           for s, v in ((0, 0.90), (1, 0.94))]
-    assert decide(cfg, short + two).confirmation.target == pytest.approx(0.99 * 0.92)
+    three = [_rec(f"0c{s}", 1000, 0.9, b=64, confirm_of=0, seed=s, curve=_curve([0.3, 0.6, 0.8, v]))
+             for s, v in ((0, 0.90), (1, 0.94), (2, 0.95))]
+    assert decide(cfg, short + three).confirmation.target == pytest.approx(0.99 * 0.94)
     # a loss, minimised: 0.99 of the way from the first validation (median 3.0) to the best level (1.0)
     target, how = _target(cfg, "val_loss", False, 0.9, 1.0, [3.0, 3.0, 2.8], [])
     assert target == pytest.approx(3.0 - 0.99 * 2.0) and "to the best candidate's level (1: the mean" in how
     # the earlier rule: to the best any run reached (0.9)
     earlier = tiny_config(objectives=OBJ, confirm={"target_from": "best"})
     assert _target(earlier, "val_loss", False, 0.9, 1.0, [3.0], [])[0] == pytest.approx(3.0 - 0.95 * 2.1)
+
+
+def test_a_target_between_the_best_candidates_two_runs_is_read_again_from_its_lower_run() -> None:
+    """The best candidate's two runs level off at 0.90 and 0.94 (median 0.92): 0.99 x 0.92 = 0.9108,
+    which its first run never reaches, and the other candidate levels off lower, so no candidate's
+    runs reached the target and the search would end without an answer. The target is read again
+    from the level every run of one candidate reached (0.90): 0.891, which both runs of trial 0
+    reach; it is recommended and the target says why. A target the user gave is not read again."""
+    cfg = tiny_config(objectives=OBJ)
+    short = [_rec(0, 1000, 0.90, b=64), _rec(1, 600, 0.95, b=16)]
+    runs = [_rec(f"0c{s}", 1000, 0.9, b=64, confirm_of=0, seed=s, curve=_curve([0.3, 0.6, 0.8, v]))
+            for s, v in ((0, 0.90), (1, 0.94))]
+    runs += [_rec(f"1c{s}", 600, 0.85, b=16, confirm_of=1, seed=s, curve=_curve([0.5, 0.7, 0.8, 0.85]))
+             for s in (0, 1)]
+    report = decide(cfg, short + runs)
+    conf = report.confirmation
+    assert conf.target == pytest.approx(0.99 * 0.90)
+    assert conf.target_how.startswith("0.99 x the level every run of one candidate reached (0.900)")
+    assert "no candidate's runs reached 0.9108 (0.99 x the best candidate's level (0.920" in conf.target_how
+    assert report.recommended.trial_id == 0 and conf.candidates[0].time_to_target_s == 4.0
+    assert conf.candidates[1].time_to_target_s is None
+    assert "0.99 x the level every run of one candidate reached" in render_summary(report)
+    given = decide(tiny_config(objectives=OBJ, confirm={"target": 0.92}), short + runs)
+    assert given.recommended is None and given.confirmation.target == 0.92
+    # where a candidate's runs reached the first target, nothing is read again
+    both = [_rec(f"0c{s}", 1000, 0.9, b=64, confirm_of=0, seed=s, curve=_curve([0.3, 0.6, 0.8, v]))
+            for s, v in ((0, 0.93), (1, 0.94))]
+    assert decide(cfg, short + both).confirmation.target == pytest.approx(0.99 * 0.935)
 
 
 def test_confirmation_trains_the_accurate_configs_fastest_first_not_the_fastest_alone() -> None:

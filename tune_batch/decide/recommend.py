@@ -16,11 +16,12 @@ from tune_batch.analysis.pareto import Prefer, better_beyond
 from tune_batch.analysis.report import Report, build_report, latest_per_trial, with_tradeoffs
 from tune_batch.config import Config
 from tune_batch.decide.baseline import compare, is_current, stale_ids
-from tune_batch.decide.confirm import BASELINE, confirm, last_round
+from tune_batch.decide.confirm import BASELINE, Confirmation, confirm, last_round
 from tune_batch.decide.confirm import jobs as confirm_jobs
 from tune_batch.decide.horizon import HORIZON, is_horizon, with_horizon
 from tune_batch.decide.predict import samples_factor, search_noise_scale
 from tune_batch.decide.repeats import candidates
+from tune_batch.decide.target import default_target, level, lowest_run_levels
 from tune_batch.store.records import Status, TrialResult
 
 TIME_TO_TARGET = "time_to_target"
@@ -282,6 +283,35 @@ def _keep_baseline(report: Report, prefer: Prefer) -> Report:
                                notes=(*report.notes, note))
 
 
+def reachable(config: Config, conf: Confirmation | None, order: list[TrialResult], runs: list[TrialResult],
+              short: list[TrialResult]) -> Confirmation | None:
+    """The confirmation read again where no candidate's runs reached the default target. That target
+    is a fraction of the best candidate's level, the median over its runs; with two runs whose levels
+    differ it lies between them, and the lower run may never get there, so a search whose candidates
+    learned could end without an answer (a held-out search: the best candidate at 0.763, one of its
+    two runs short of 0.99 of that). Read again from ``lowest_run_levels`` (the best of the
+    candidates' worst run levels), a target every run of that candidate reached. Not for a target
+    the user gave, ``confirm.target_from: best``, or a goal length without a target."""
+    c = config.confirm
+    given = c.target is not None or (config.goal is not None and config.goal.target is not None)
+    if (conf is None or conf.target is None or given or c.target_from != "level" or conf.at_length
+            or any(x.time_to_target_s is not None for x in conf.candidates)):
+        return conf
+    up = conf.maximize
+    ref = lowest_run_levels([[level(r.info.curve or []) for r in x.runs] for x in conf.candidates], up)
+    if ref is None:
+        return conf
+    every = [r for x in conf.candidates for r in x.runs]
+    target, how = default_target(config, conf.metric, up, (max if up else min)(x.best_acc for x in conf.candidates),
+                                 ref, [r.info.curve[0][2] for r in every if r.info.curve], every,
+                                 described="the level every run of one candidate reached")
+    if target is None or target == conf.target:
+        return conf
+    again = confirm(config.model_copy(update={"confirm": c.model_copy(update={"target": target})}), order, runs, short)
+    return dataclasses.replace(again, target_how=f"{how}: no candidate's runs reached {conf.target:.4g} "
+                                                 f"({conf.target_how})") if again is not None else conf
+
+
 def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] | None, prefer: Prefer) -> Report:
     base_prefer = None if prefer in (TIME_TO_TARGET, DEVICE_SECONDS) else prefer
     latest = latest_per_trial(records)
@@ -300,7 +330,8 @@ def _decide(config: Config, records: Sequence[TrialResult], warnings: list[str] 
     runs = [r for r in runs if r.info.confirm_of != BASELINE]
     # every config with runs, in the order the short budget ranks them (a finished run read with
     # another confirm.candidates still shows what was confirmed)
-    conf = confirm(config, with_horizon(confirm_order(report), runs), runs, short)
+    order = with_horizon(confirm_order(report), runs)
+    conf = reachable(config, confirm(config, order, runs, short), order, runs, short)
     if conf is not None:  # the second look's replacements that have runs
         ran = {r.info.confirm_of for r in runs}
         conf = dataclasses.replace(conf, replaced={k: v.trial_id for k, v in replacements(config, latest).items()

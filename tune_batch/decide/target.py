@@ -34,13 +34,15 @@ def level(curve: Sequence[Sequence[float]]) -> float:
 
 
 def default_target(config: Config, name: str, up: bool, best: float, best_level: float | None,
-                   firsts: list[float], runs: list[TrialResult]) -> tuple[float | None, str]:
+                   firsts: list[float], runs: list[TrialResult],
+                   described: str | None = None) -> tuple[float | None, str]:
     """(the target, how it was set): ``goal.target``, ``confirm.target``, else by default
     ``fraction(confirm)`` of the reference ``confirm.target_from`` names: the best candidate's
     level (``best_level``: each candidate's median over its runs of ``level``) or the best value
     any run reached (``best``). For val_acc, that fraction x the reference (None when the best
     reached is within noise of chance); for another metric, that fraction of the way from the
-    first validation (the median over the runs) to the reference (None when no run improved on it)."""
+    first validation (the median over the runs) to the reference (None when no run improved on it).
+    ``described``: what ``best_level`` is, where it is not the best candidate's median level."""
     c = config.confirm
     if config.goal is not None and config.goal.target is not None:
         return config.goal.target, "goal.target"
@@ -51,6 +53,8 @@ def default_target(config: Config, name: str, up: bool, best: float, best_level:
     ref = best_level if by_level else best
 
     def of(value: str) -> str:
+        if described is not None and by_level:
+            return f"{described} ({value})"
         return (f"the best candidate's level ({value}: the mean of its runs' last quarter of validations)"
                 if by_level else f"the best {name} any candidate reached ({value})")
 
@@ -65,3 +69,13 @@ def default_target(config: Config, name: str, up: bool, best: float, best_level:
         return None, f"none: no run improved {name} on its first validation ({start:.4g})"
     return (start + f * (ref - start),
             f"{f:g} of the way from the first validation's {name} ({start:.4g}) to {of(f'{ref:.4g}')}")
+
+
+def lowest_run_levels(per_run: list[list[float]], up: bool) -> float | None:
+    """The best, over candidates, of a candidate's worst run level (``per_run``: each candidate's
+    runs' levels; a loss: the least of the highest): a level every run of that candidate reached,
+    since each run has a validation at or past its own level. None without a candidate whose every
+    run has one."""
+    worst = [(min if up else max)(lv) for lv in per_run if lv and all(map(math.isfinite, lv))]
+    return (max if up else min)(worst) if worst else None
+
