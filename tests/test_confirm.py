@@ -159,6 +159,11 @@ def test_a_target_between_the_best_candidates_two_runs_is_read_again_from_its_lo
     assert "0.99 x the level every run of one candidate reached" in render_summary(report)
     given = decide(tiny_config(objectives=OBJ, confirm={"target": 0.92}), short + runs)
     assert given.recommended is None and given.confirmation.target == 0.92
+    # per candidate its worst run level, the best of those: for a loss the least of the highest
+    from tune_batch.decide.target import lowest_run_levels
+    assert lowest_run_levels([[0.90, 0.94], [0.85, 0.86]], up=True) == 0.90
+    assert lowest_run_levels([[1.2, 1.4], [1.3, 1.35]], up=False) == 1.35
+    assert lowest_run_levels([[0.9, math.nan], []], up=True) is None
     # where a candidate's runs reached the first target, nothing is read again
     both = [_rec(f"0c{s}", 1000, 0.9, b=64, confirm_of=0, seed=s, curve=_curve([0.3, 0.6, 0.8, v]))
             for s, v in ((0, 0.93), (1, 0.94))]
