@@ -212,6 +212,14 @@ def ttt(curve: list, target: float, direction: str) -> float:
     return math.inf
 
 
+def times_to_target(rows: list[dict], stick: dict) -> dict[tuple[int, float], list[float]]:
+    """Each config's (``key``) training seconds to the yardstick's target, one per run (inf: not reached)."""
+    times: dict[tuple[int, float], list[float]] = {}
+    for r in rows:
+        times.setdefault(key(r["params"]), []).append(ttt(r["curve"], stick["target"], stick["direction"]))
+    return times
+
+
 def key(params: dict) -> tuple[int, float]:
     return int(params["batch_size"]), float(f"{float(params['lr']):.6g}")
 
@@ -699,10 +707,7 @@ def ratio_interval(a: list[list[float]], b: list[list[float]], reps: int = 4000,
 
 
 def figures(name: str, stick: dict, arm_rows: list[dict], side_rows: list[dict]) -> dict:
-    direction, target = stick["direction"], stick["target"]
-    times: dict[tuple, list[float]] = {}
-    for r in side_rows:
-        times.setdefault(key(r["params"]), []).append(ttt(r["curve"], target, direction))
+    times = times_to_target(side_rows, stick)
     med = {k: median(v) for k, v in times.items()}
     oracle_key = min(med, key=lambda k: med[k])
     oracle = med[oracle_key]

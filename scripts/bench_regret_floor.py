@@ -139,9 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: no stored runs in {args.dir} (bench_decision.py --heldout measures them): left out")
             continue
         stick = bh.yardstick(name, bh.jsonl(grid))
-        times: dict[tuple, list[float]] = {}
-        for r in bh.jsonl(side):
-            times.setdefault(bh.key(r["params"]), []).append(bh.ttt(r["curve"], stick["target"], stick["direction"]))
+        times = bh.times_to_target(bh.jsonl(side), stick)
         best, regs = floor(times, args.reps)
         med = {k: statistics.median(v) for k, v in times.items()}
         near = sorted((k for k in med if k != best and med[k] <= args.near * med[best]), key=lambda k: med[k])

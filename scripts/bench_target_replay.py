@@ -35,6 +35,10 @@ from tune_batch.config import load_config
 from tune_batch.decide import recommend
 from tune_batch.store.records import TrialResult
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_heldout as bh  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TGZ = [REPO / "benchmarks" / "confirmed_searches.tgz",
                *sorted((REPO / "benchmarks" / "heldout").glob("*_searches.tgz"))]
@@ -55,23 +59,19 @@ def both(run: Path) -> dict | None:
         before = recommend.decide(config, recs)
     finally:
         recommend.reachable = keep
-    pick = lambda r: None if r.recommended is None else (r.recommended.params.batch_size,  # noqa: E731
-                                                         float(f"{r.recommended.params.lr:.6g}"))
+    pick = lambda r: None if r.recommended is None else bh.key(  # noqa: E731
+        {"batch_size": r.recommended.params.batch_size, "lr": r.recommended.params.lr})
     return {"run": run.name, "before": pick(before), "now": pick(now), "target_before": before.confirmation.target,
             "target_now": now.confirmation.target}
 
 
 def side(workload: str, picks: list[tuple[int, float]], runs: int, out: Path) -> tuple[tuple, dict]:
-    """(the oracle, config -> times to the yardstick) of ``picks`` and the oracle trained side by side."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_heldout as bh
-
+    """(the oracle, config -> times to the yardstick) of ``picks`` (``bench_heldout.key``s) and the oracle
+    trained side by side."""
     stick = bh.yardstick(workload, bh.jsonl(bh.HELDOUT / f"{workload}_grid.jsonl"))
-    stored: dict[tuple, list[float]] = {}
-    for r in bh.jsonl(bh.HELDOUT / f"{workload}_side.jsonl"):
-        stored.setdefault(bh.key(r["params"]), []).append(bh.ttt(r["curve"], stick["target"], stick["direction"]))
+    stored = bh.times_to_target(bh.jsonl(bh.HELDOUT / f"{workload}_side.jsonl"), stick)
     oracle = min(stored, key=lambda k: statistics.median(stored[k]))
-    configs = [oracle, *sorted({bh.key({"batch_size": b, "lr": lr}) for b, lr in picks} - {oracle})]
+    configs = [oracle, *sorted(set(picks) - {oracle})]
     cfg = bh.run_config(bh.load(workload), bh.WORKLOADS[workload]["length"])
     path = out / f"{workload}_reread_side.jsonl"
     rows = bh.jsonl(path)
@@ -87,10 +87,7 @@ def side(workload: str, picks: list[tuple[int, float]], runs: int, out: Path) ->
             t = bh.ttt(row["curve"], stick["target"], stick["direction"])
             print(f"  batch {b} lr {lr:.3g} run {k + 1}: " + (f"the target in {t:.1f} s" if math.isfinite(t)
                                                               else "no target"), flush=True)
-    times: dict[tuple, list[float]] = {}
-    for r in rows:
-        times.setdefault(bh.key(r["params"]), []).append(bh.ttt(r["curve"], stick["target"], stick["direction"]))
-    return oracle, times
+    return oracle, bh.times_to_target(rows, stick)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -135,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         base = statistics.median(times[oracle])
         regrets = []
         for r in mine:
-            t = times[(r["now"][0], float(f"{r['now'][1]:.6g}"))]  # bench_heldout.key's rounding
+            t = times[r["now"]]
             regrets.append(statistics.median(t) / base)
             print(f"{r['run']}: {r['now']} median {statistics.median(t):.2f} s over the oracle's {base:.2f} s "
                   f"({oracle[0]}/{oracle[1]:.3g}): regret {regrets[-1]:.2f}")
